@@ -1,0 +1,5 @@
+"""`python -m attnbench` is the same program as the `attnbench` console script."""
+
+from attnbench.cli import main
+
+main()

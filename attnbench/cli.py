@@ -1,0 +1,167 @@
+"""The attnbench command line: thin typed commands over the sweep, backends and reports.
+
+Helpers raise AttnbenchError; only this layer turns one into a red one-line message and a
+non-zero exit, so a user never sees a traceback for bad input.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from attnbench.errors import AttnbenchError, UsageError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Benchmark LLM attention kernels: one paged varlen call (unified) vs kvcache + varlen (split).")
+
+
+def fail(console: Console, message: str, code: int = 1) -> None:
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def parse_list(text: str, flag: str, cast=int) -> list:
+    try:
+        values = [cast(part.strip()) for part in str(text).split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"{flag}: expected a comma-separated list of {cast.__name__}s, got {text!r}") from None
+    if not values:
+        raise UsageError(f"{flag}: empty list")
+    return values
+
+
+def parse_shapes(shapes: str | None, heads: str | None, dim: str | None) -> list[tuple[int, int]]:
+    """(heads, head dim) pairs: --shapes 12x64,32x128, or the product of --heads and --dim."""
+    if shapes:
+        pairs = []
+        for part in shapes.split(","):
+            m = re.fullmatch(r"\s*(\d+)x(\d+)\s*", part)
+            if not m:
+                raise UsageError(f"--shapes: expected HEADSxDIM pairs such as 12x64,32x128, got {part!r}")
+            pairs.append((int(m.group(1)), int(m.group(2))))
+        return pairs
+    if heads is None or dim is None:
+        raise UsageError("--heads and --dim: both are needed (or --shapes 32x128,...), e.g. --heads 32 --dim 128")
+    return list(itertools.product(parse_list(heads, "--heads"), parse_list(dim, "--dim")))
+
+
+def _slug(name: str) -> str:
+    name = re.sub(r"^nvidia\s+", "", name.lower())
+    return re.sub(r"[^a-z0-9]+", "-", name).strip("-")
+
+
+def default_out_dir(device_name: str, command: str) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("results") / f"{stamp}-{_slug(device_name)}-{command}"
+
+
+@app.command()
+def kernel(
+    heads: Annotated[Optional[str], typer.Option(help="Query heads, a list sweeps them. Example: --heads 32 or --heads 12,32")] = None,
+    dim: Annotated[Optional[str], typer.Option(help="Head dim, a list sweeps them. Example: --dim 128 or --dim 64,128")] = None,
+    shapes: Annotated[Optional[str], typer.Option(help="(heads x dim) pairs instead of the --heads x --dim product. Example: --shapes 12x64,32x128,64x128")] = None,
+    kv_heads: Annotated[Optional[int], typer.Option(help="KV heads (GQA); default = heads. Example: --kv-heads 8")] = None,
+    tokens: Annotated[Optional[str], typer.Option(help="Query-token counts N per batch (default 100,500,1000 on GPU; 10,50,100 on CPU). Example: --tokens 100,500,1000")] = None,
+    kind: Annotated[str, typer.Option(help="Batch kinds: decode, prefill, mixed, prefix, specdec, or all. Example: --kind decode,mixed")] = "all",
+    strategy: Annotated[str, typer.Option(help="Strategies. Example: --strategy unified,split")] = "unified,split",
+    backend: Annotated[Optional[str], typer.Option(help="Backends (default: every available kernel backend; reference on CPU). Example: --backend vllm-fa2")] = None,
+    mode: Annotated[str, typer.Option(help="Timing mode: eager, graph or both (both on GPU, eager on CPU by default). Example: --mode graph")] = "",
+    dtype: Annotated[str, typer.Option(help="bf16 or fp16. Example: --dtype fp16")] = "bf16",
+    block_size: Annotated[int, typer.Option(help="KV cache block size, a multiple of 16. Example: --block-size 32")] = 16,
+    context: Annotated[Optional[str], typer.Option(help="KV length of decode/specdec sequences and of the mixed chunk's prefix: a number or uniform:LOW:HIGH (default 1024 on GPU, 256 on CPU). Example: --context uniform:1:4096")] = None,
+    decode_share: Annotated[float, typer.Option(help="mixed: share of the N tokens that are decode tokens. Example: --decode-share 0.9")] = 0.5,
+    prefix_ratio: Annotated[str, typer.Option(help="prefix: cached share of each sequence's KV, a list sweeps it. Example: --prefix-ratio 0,0.5,0.9")] = "0.5",
+    spec_k: Annotated[int, typer.Option(help="specdec: query tokens per sequence. Example: --spec-k 4")] = 4,
+    prefill_len: Annotated[int, typer.Option(help="prefill/prefix: max query tokens per sequence. Example: --prefill-len 512")] = 512,
+    causal: Annotated[bool, typer.Option(help="Causal mask (bottom-right aligned). Example: --no-causal")] = True,
+    cold_l2: Annotated[bool, typer.Option(help="Flush L2 before every sample. Example: --cold-l2")] = False,
+    budget_ms: Annotated[Optional[float], typer.Option(help="Sampling time budget per row, ms (default 1000 on GPU, 200 on CPU). Example: --budget-ms 500")] = None,
+    rel_spread: Annotated[float, typer.Option(help="Stop sampling once IQR / median is below this. Example: --rel-spread 0.005")] = 0.01,
+    seed: Annotated[int, typer.Option(help="Seed for lengths, block tables and inputs. Example: --seed 1")] = 0,
+    device: Annotated[str, typer.Option(help="auto, cuda, cuda:N or cpu. Example: --device cpu")] = "auto",
+    out: Annotated[Optional[Path], typer.Option(help="Results directory (default results/<time>-<gpu>-kernel). Example: --out runs/h200")] = None,
+    json_rows: Annotated[bool, typer.Option("--json", help="Print each row as a JSON line on stdout. Example: --json | jq .median_ms")] = False,
+) -> None:
+    """Sweep query-token counts x heads x head dims over unified and split attention, check every
+    result against a float32 reference, time it, and write tables and plots.
+
+    Example: attnbench kernel --heads 32 --dim 128
+    """
+    console = Console(stderr=json_rows)
+    try:
+        from attnbench.kernel_cmd import KernelArgs, run_kernel
+
+        args = KernelArgs(
+            shapes=parse_shapes(shapes, heads, dim), kv_heads=kv_heads, tokens=parse_list(tokens, "--tokens") if tokens else None,
+            kinds=parse_list(kind, "--kind", str), strategies=parse_list(strategy, "--strategy", str),
+            backends=parse_list(backend, "--backend", str) if backend else None,
+            modes=parse_list(mode, "--mode", str) if mode else None, dtype=dtype, block_size=block_size,
+            context=context, decode_share=decode_share, prefix_ratios=parse_list(prefix_ratio, "--prefix-ratio", float),
+            spec_k=spec_k, prefill_len=prefill_len, causal=causal, cold_l2=cold_l2, budget_ms=budget_ms,
+            rel_spread=rel_spread, seed=seed, device=device, out=out, json_rows=json_rows,
+        )
+        run_kernel(args, console, command=["attnbench", *sys.argv[1:]])
+    except AttnbenchError as exc:
+        fail(console, str(exc))
+
+
+@app.command()
+def backends() -> None:
+    """List every backend as available (with its library and version) or unavailable with the reason.
+
+    Example: attnbench backends
+    """
+    from attnbench.backends import REGISTRY
+
+    console = Console()
+    table = Table("backend", "status", "library", "what it runs")
+    for name, b in REGISTRY.items():
+        reason = b.unavailable_reason()
+        lib = "/".join(b.library()) if reason is None else ""
+        table.add_row(name, "[green]available[/]" if reason is None else f"[red]unavailable[/]: {reason}", lib, b.description)
+    console.print(table)
+
+
+def print_seed_table(console: Console, df) -> None:
+    """The seed-shaped table; columns that hold one value for the whole run go to the title."""
+    from attnbench.report import format_ms, seed_table
+
+    table = seed_table(df)
+    if table.empty:
+        console.print("[yellow]no measured rows[/]")
+        return
+    constant = [c for c in ("backend", "mode", "l2", "kind") if table[c].nunique() == 1]
+    if (table["kv heads"] == table["heads"]).all():
+        table = table.drop(columns="kv heads")
+    title = ", ".join(f"{c} {table[c].iloc[0]}" for c in constant)
+    table = table.drop(columns=constant)
+    rich_table = Table(*table.columns, title=f"{title} (split / unified > 1: unified is faster)")
+    for row in table.itertuples(index=False):
+        cells = [format_ms(v) if col in ("unified ms", "split ms") else
+                 (f"{v:.3f}" if col == "split / unified" and v == v else str(v))
+                 for col, v in zip(table.columns, row)]
+        rich_table.add_row(*cells)
+    console.print(rich_table)
+
+
+def progress(console: Console) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=False)
+
+
+def emit_json(row: dict) -> None:
+    print(json.dumps(row, default=str), flush=True)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,173 @@
+"""Running a kernel sweep: for each point, every backend x strategy x mode, checked then timed.
+
+The loop measures and nothing else: each finished (point, backend, strategy, mode) becomes one
+plain dict row handed to `on_row` at once, so a run killed midway keeps what it measured, and a
+failure in one row becomes an error row while the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable
+
+import torch
+
+from attnbench import roofline
+from attnbench.backends import get_backend
+from attnbench.backends.reference import reference_attention
+from attnbench.errors import UsageError
+from attnbench.inputs import Inputs, input_bytes, make_inputs
+from attnbench.metadata import build_metadata, measure_host_us
+from attnbench.timing import Runner, TimingConfig, choose_inner, estimate_call_ms, time_runner
+from attnbench.workload import SweepPoint, build_batch
+
+# relative L2 error allowed against the float32 reference (FA2 measured ~2e-3 in bf16)
+TOLERANCE = {"bfloat16": 1e-2, "float16": 5e-3}
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    points: tuple[SweepPoint, ...]
+    backends: tuple[str, ...]
+    strategies: tuple[str, ...]
+    modes: tuple[str, ...]
+    timing: TimingConfig
+    device: str
+
+
+def check_output(out: torch.Tensor, ref: torch.Tensor, dtype: str) -> dict:
+    """Relative L2 and max abs error against the reference; NaN or inf never passes."""
+    out32 = out.float()
+    tol = TOLERANCE[dtype]
+    finite = bool(torch.isfinite(out32).all())
+    diff = out32 - ref
+    rel = float(diff.norm() / ref.norm().clamp_min(1e-30)) if finite else float("nan")
+    max_abs = float(diff.abs().max()) if finite else float("nan")
+    ok = finite and rel <= tol
+    reason = "" if ok else ("output has NaN/inf" if not finite else f"rel L2 error {rel:.2e} > {tol:g}")
+    return {"rel_l2_error": rel, "max_abs_error": max_abs, "tolerance": tol,
+            "verdict": "pass" if ok else "fail", "reason": reason}
+
+
+def point_fields(p: SweepPoint) -> dict:
+    batch = build_batch(p)
+    return {**p.key(), "num_seqs": batch.num_seqs, "num_decode_seqs": batch.num_decode_seqs,
+            "max_kv_len": max(batch.kv_lens), "total_kv_tokens": sum(batch.kv_lens),
+            "lengths_rule": batch.rule}
+
+
+def check_memory(points: Iterable[SweepPoint], device: torch.device) -> None:
+    """Refuse up front a sweep whose largest point cannot fit in free device memory."""
+    if device.type != "cuda":
+        return
+    worst = max(points, key=input_bytes)
+    # inputs + the float32 reference output + bf16 outputs of two strategies, with 20 % headroom
+    batch = build_batch(worst)
+    need = input_bytes(worst, batch) + batch.num_tokens * worst.num_heads * worst.head_dim * 8
+    need = int(need * 1.2)
+    free, _ = torch.cuda.mem_get_info(device)
+    if need > free:
+        raise UsageError(
+            f"--tokens/--context: the largest point ({worst.kind}, {worst.num_tokens} tokens, "
+            f"{worst.num_heads}x{worst.head_dim}) needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free")
+
+
+class PointRunner:
+    """Everything measured for one point, sharing its inputs and reference output."""
+
+    def __init__(self, plan: SweepPlan, point: SweepPoint, gpu_name: str | None):
+        self.plan, self.point, self.gpu_name = plan, point, gpu_name
+        self.device = torch.device(plan.device)
+        self.base = {**point_fields(point), "device": self.device.type, "gpu": gpu_name or "cpu"}
+
+    def rows(self) -> Iterable[dict]:
+        inputs = make_inputs(self.point, self.device)
+        unified = build_metadata("unified", inputs.batch, inputs.block_table).to(self.device)
+        reference = reference_attention(
+            inputs.q, inputs.k_cache, inputs.v_cache, list(inputs.batch.query_lens),
+            list(inputs.batch.kv_lens), unified.block_table, self.point.causal, inputs.softmax_scale)
+        for backend_name in self.plan.backends:
+            backend = get_backend(backend_name)
+            package, version = backend.library()
+            for strategy in self.plan.strategies:
+                common = {**self.base, "backend": backend_name, "library": package,
+                          "library_version": version, "strategy": strategy}
+                yield from self._strategy_rows(backend, strategy, inputs, reference, common)
+        del inputs, reference
+
+    def _strategy_rows(self, backend, strategy, inputs: Inputs, reference, common) -> Iterable[dict]:
+        modes = self.plan.modes
+        reason = backend.supports(self.point, strategy, self.device)
+        if reason:
+            for mode in modes:
+                yield self._skip(common, mode, reason)
+            return
+        try:
+            metadata = build_metadata(strategy, inputs.batch, inputs.block_table).to(self.device)
+            host_us = measure_host_us(strategy, inputs.batch, inputs.block_table, self.device)
+            out = torch.empty_like(inputs.q)
+            fn = backend.prepare(strategy, inputs, metadata, out)
+            est_ms = estimate_call_ms(fn, self.device)  # the first call (maybe a JIT compile) is never timed
+        except Exception as exc:
+            for mode in modes:
+                yield self._error(common, mode, exc)
+            return
+        launches = 1 if strategy == "unified" else sum(x is not None for x in (metadata.decode, metadata.prefill))
+        for mode in modes:
+            row = {**common, "mode": mode, "l2": "cold" if self.plan.timing.cold_l2 else "warm",
+                   "host_metadata_us": host_us, "kernel_launches": launches}
+            if mode == "graph" and not getattr(backend, "graph_safe", True):
+                yield self._skip(common, mode, f"{backend.name} cannot be captured in a CUDA graph")
+                continue
+            try:
+                yield {**row, **self._measure(fn, out, mode, est_ms, reference)}
+            except Exception as exc:
+                yield self._error(row, mode, exc)
+            finally:
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+
+    def _measure(self, fn, out: torch.Tensor, mode: str, est_ms: float, reference) -> dict:
+        cfg = replace(self.plan.timing, mode=mode)
+        runner = Runner(fn, mode, self.device, inner=choose_inner(est_ms, cfg))
+        out.fill_(float("nan"))  # poison: a row passes only if every element was written
+        runner()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        check = check_output(out, reference, self.point.dtype)
+        timing = time_runner(runner, cfg)
+        batch = build_batch(self.point)
+        return {
+            "median_ms": timing.median_ms, "p10_ms": timing.p10_ms, "p90_ms": timing.p90_ms,
+            "samples": timing.n, "calls_per_sample": timing.calls_per_sample,
+            "converged": timing.converged,
+            "samples_ms": " ".join(f"{s:.6g}" for s in timing.samples_ms),
+            **roofline.rates(self.point, batch, timing.median_ms, self.gpu_name),
+            **check,
+        }
+
+    def _skip(self, common: dict, mode: str, reason: str) -> dict:
+        return {**common, "mode": mode, "verdict": "skipped", "reason": reason}
+
+    def _error(self, common: dict, mode: str, exc: Exception) -> dict:
+        last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        where = f" ({last.filename.rsplit('/', 1)[-1]}:{last.lineno})" if last else ""
+        message = str(exc).splitlines()[0] if str(exc) else ""
+        return {**common, "mode": mode, "verdict": "error", "reason": f"{type(exc).__name__}: {message}{where}"[:300]}
+
+
+def run_sweep(plan: SweepPlan, gpu_name: str | None, on_row: Callable[[dict], None],
+              on_point_done: Callable[[SweepPoint], None] = lambda p: None) -> None:
+    for point in plan.points:
+        try:
+            for row in PointRunner(plan, point, gpu_name).rows():
+                on_row(row)
+        except Exception as exc:  # inputs or reference failed: record it, keep going
+            on_row({**point_fields(point), "device": plan.device, "gpu": gpu_name or "cpu",
+                    "backend": ",".join(plan.backends), "strategy": "", "mode": "",
+                    "verdict": "error", "reason": f"{type(exc).__name__}: {str(exc)[:250]}"})
+        finally:
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            on_point_done(point)

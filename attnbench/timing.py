@@ -1,0 +1,184 @@
+"""Timing a kernel callable: warm up, then sample until the median is stable or the budget ends.
+
+One function does all of it, as triton.testing.do_bench does, and returns samples, not opinions.
+- eager: the callable launched back to back, `inner` calls per CUDA-event pair, so launch
+  overhead and launch gaps are included, as in a serving loop without graphs.
+- graph: `inner` calls captured in one CUDA graph, one replay per event pair (for split, both
+  launches of each call are in the graph). Only kernel time and in-graph gaps remain.
+- cold L2: one call per sample, a buffer twice the L2 size zeroed before each sample outside the
+  events, so every sample reads its K/V from HBM.
+On the CPU the clock is time.perf_counter and the callable runs eagerly.
+
+Stopping rule: after at least `min_samples`, stop once the interquartile range is within
+`rel_spread` of the median, or when `budget_ms` of sampling has passed, or at `max_samples`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+MODES = ("eager", "graph")
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    mode: str = "eager"
+    cold_l2: bool = False
+    warmup_ms: float = 25.0
+    budget_ms: float = 1000.0
+    min_samples: int = 10
+    max_samples: int = 500
+    rel_spread: float = 0.01
+    sample_ms: float = 0.5  # aim for samples this long, so event resolution (~0.5 µs) stays < 0.1 %
+
+
+@dataclass
+class Timing:
+    samples_ms: list[float] = field(repr=False)
+    calls_per_sample: int
+    converged: bool
+
+    @property
+    def n(self) -> int:
+        return len(self.samples_ms)
+
+    def quantile(self, q: float) -> float:
+        return _quantile(sorted(self.samples_ms), q)
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples_ms)
+
+    @property
+    def p10_ms(self) -> float:
+        return self.quantile(0.10)
+
+    @property
+    def p90_ms(self) -> float:
+        return self.quantile(0.90)
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    pos = q * (len(sorted_values) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def relative_iqr(samples: list[float]) -> float:
+    s = sorted(samples)
+    med = statistics.median(s)
+    return (_quantile(s, 0.75) - _quantile(s, 0.25)) / med if med > 0 else math.inf
+
+
+class Runner:
+    """Runs a kernel callable the way it will be timed: eagerly, or as a captured CUDA graph."""
+
+    def __init__(self, fn: Callable[[], torch.Tensor], mode: str, device: torch.device, inner: int = 1):
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}")
+        if mode == "graph" and device.type != "cuda":
+            raise ValueError("graph mode needs a CUDA device")
+        self.fn, self.mode, self.device, self.inner = fn, mode, device, inner
+        self.graph: torch.cuda.CUDAGraph | None = None
+        if mode == "graph":
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    fn()
+            torch.cuda.current_stream(device).wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                for _ in range(inner):
+                    fn()
+            torch.cuda.synchronize(device)
+
+    def __call__(self) -> None:
+        """One sample's worth of work: `inner` calls (or one replay of them)."""
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            for _ in range(self.inner):
+                self.fn()
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+_flush_buffers: dict[int, torch.Tensor] = {}
+
+
+def _l2_flush_buffer(device: torch.device) -> torch.Tensor:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _flush_buffers:
+        l2 = getattr(torch.cuda.get_device_properties(index), "L2_cache_size", 0) or 64 * 2**20
+        _flush_buffers[index] = torch.empty(2 * l2, dtype=torch.uint8, device=device)
+    return _flush_buffers[index]
+
+
+def estimate_call_ms(fn: Callable[[], torch.Tensor], device: torch.device) -> float:
+    """A quick eager estimate, after one untimed call (first calls may compile or load modules)."""
+    fn()
+    _sync(device)
+    calls, elapsed = 0, 0.0
+    start = time.perf_counter()
+    while calls < 5 and elapsed < 0.01:  # slow callables (the CPU reference) get one timed call
+        fn()
+        _sync(device)
+        calls += 1
+        elapsed = time.perf_counter() - start
+    return elapsed * 1e3 / calls
+
+
+def choose_inner(est_ms: float, cfg: TimingConfig) -> int:
+    if cfg.cold_l2:
+        return 1
+    return max(1, min(100, math.ceil(cfg.sample_ms / max(est_ms, 1e-4))))
+
+
+def time_runner(runner: Runner, cfg: TimingConfig) -> Timing:
+    device = runner.device
+    cuda = device.type == "cuda"
+    flush = _l2_flush_buffer(device) if (cuda and cfg.cold_l2) else None
+
+    deadline = time.perf_counter() + cfg.warmup_ms / 1e3
+    runner()
+    while time.perf_counter() < deadline:
+        runner()
+    _sync(device)
+
+    samples: list[float] = []
+    started = time.perf_counter()
+    converged = False
+    while len(samples) < cfg.max_samples:
+        batch = min(10 if cuda else 1, cfg.max_samples - len(samples))
+        if cuda:
+            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                      for _ in range(batch)]
+            for start_ev, end_ev in events:
+                if flush is not None:
+                    flush.zero_()
+                start_ev.record()
+                runner()
+                end_ev.record()
+            torch.cuda.synchronize(device)
+            samples += [s.elapsed_time(e) / runner.inner for s, e in events]
+        else:
+            for _ in range(batch):
+                t0 = time.perf_counter()
+                runner()
+                samples.append((time.perf_counter() - t0) * 1e3 / runner.inner)
+        if len(samples) >= cfg.min_samples and relative_iqr(samples) <= cfg.rel_spread:
+            converged = True
+            break
+        if (time.perf_counter() - started) * 1e3 > cfg.budget_ms and len(samples) >= min(cfg.min_samples, 3):
+            break
+    return Timing(samples, runner.inner, converged)
