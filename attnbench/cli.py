@@ -163,5 +163,19 @@ def emit_json(row: dict) -> None:
     print(json.dumps(row, default=str), flush=True)
 
 
+# Commands that live in their own modules; each module defines `register(app)`.
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+def _register_commands() -> None:
+    import importlib
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(app)
+
+
+_register_commands()
+
+
 def main() -> None:
     app()
