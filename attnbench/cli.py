@@ -6,9 +6,7 @@ non-zero exit, so a user never sees a traceback for bad input.
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
-import json
 import re
 import sys
 from pathlib import Path
@@ -16,7 +14,6 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from attnbench.errors import AttnbenchError, UsageError
@@ -53,16 +50,6 @@ def parse_shapes(shapes: str | None, heads: str | None, dim: str | None) -> list
     if heads is None or dim is None:
         raise UsageError("--heads and --dim: both are needed (or --shapes 32x128,...), e.g. --heads 32 --dim 128")
     return list(itertools.product(parse_list(heads, "--heads"), parse_list(dim, "--dim")))
-
-
-def _slug(name: str) -> str:
-    name = re.sub(r"^nvidia\s+", "", name.lower())
-    return re.sub(r"[^a-z0-9]+", "-", name).strip("-")
-
-
-def default_out_dir(device_name: str, command: str) -> Path:
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("results") / f"{stamp}-{_slug(device_name)}-{command}"
 
 
 @app.command()
@@ -130,37 +117,6 @@ def backends() -> None:
         lib = "/".join(b.library()) if reason is None else ""
         table.add_row(name, "[green]available[/]" if reason is None else f"[red]unavailable[/]: {reason}", lib, b.description)
     console.print(table)
-
-
-def print_seed_table(console: Console, df) -> None:
-    """The seed-shaped table; columns that hold one value for the whole run go to the title."""
-    from attnbench.report import format_ms, seed_table
-
-    table = seed_table(df)
-    if table.empty:
-        console.print("[yellow]no measured rows[/]")
-        return
-    constant = [c for c in ("backend", "mode", "l2", "kind") if table[c].nunique() == 1]
-    if (table["kv heads"] == table["heads"]).all():
-        table = table.drop(columns="kv heads")
-    title = ", ".join(f"{c} {table[c].iloc[0]}" for c in constant)
-    table = table.drop(columns=constant)
-    rich_table = Table(*table.columns, title=f"{title} (split / unified > 1: unified is faster)")
-    for row in table.itertuples(index=False):
-        cells = [format_ms(v) if col in ("unified ms", "split ms") else
-                 (f"{v:.3f}" if col == "split / unified" and v == v else str(v))
-                 for col, v in zip(table.columns, row)]
-        rich_table.add_row(*cells)
-    console.print(rich_table)
-
-
-def progress(console: Console) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console, transient=False)
-
-
-def emit_json(row: dict) -> None:
-    print(json.dumps(row, default=str), flush=True)
 
 
 # Commands that live in their own modules; each module defines `register(app)`.

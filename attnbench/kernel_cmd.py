@@ -15,6 +15,7 @@ from rich.console import Console
 
 from attnbench import report
 from attnbench.backends import STRATEGIES, available_backends, get_backend
+from attnbench.console import default_out_dir, emit_json, print_seed_table, progress
 from attnbench.errors import UsageError
 from attnbench.sweep import SweepPlan, check_memory, run_sweep
 from attnbench.timing import MODES, TimingConfig
@@ -116,7 +117,6 @@ def build_points(args: KernelArgs) -> list[SweepPoint]:
 
 
 def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
-    from attnbench.cli import default_out_dir, emit_json, progress
     from attnbench.env import collect
 
     for s in args.strategies:
@@ -174,7 +174,6 @@ def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
 
 def finish(out_dir: Path, env: dict, console: Console) -> Path:
     """Parquet, summary.md, plots and the console table, all from the saved results.csv."""
-    from attnbench.cli import print_seed_table
     from attnbench.plots import plot_runs
 
     df = report.load_results(out_dir / "results.csv")

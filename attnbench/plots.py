@@ -28,8 +28,13 @@ def _shape_name(heads, kv_heads, dim) -> str:
 
 
 def _panels(kinds: list[str]):
-    fig, axes = plt.subplots(1, len(kinds), figsize=(4.2 * len(kinds), 3.6), squeeze=False)
-    return fig, dict(zip(kinds, axes[0]))
+    cols = min(3, len(kinds))
+    rows = -(-len(kinds) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
+    flat = list(axes.flat)
+    for unused in flat[len(kinds):]:
+        unused.set_visible(False)
+    return fig, dict(zip(kinds, flat))
 
 
 def _label(run: str, *parts) -> str:

@@ -19,7 +19,7 @@ from attnbench.backends.reference import reference_attention
 from attnbench.errors import UsageError
 from attnbench.inputs import Inputs, input_bytes, make_inputs
 from attnbench.metadata import build_metadata, measure_host_us
-from attnbench.timing import Runner, TimingConfig, choose_inner, estimate_call_ms, time_runner
+from attnbench.timing import Runner, TimingConfig, choose_inner, estimate_call_ms, time_runners
 from attnbench.workload import SweepPoint, build_batch
 
 # relative L2 error allowed against the float32 reference (FA2 measured ~2e-3 in bf16)
@@ -73,6 +73,16 @@ def check_memory(points: Iterable[SweepPoint], device: torch.device) -> None:
             f"{worst.num_heads}x{worst.head_dim}) needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free")
 
 
+@dataclass
+class Prepared:
+    """One strategy of one backend, ready to run: the callable, its output and its row so far."""
+
+    fn: Callable[[], torch.Tensor]
+    out: torch.Tensor
+    est_ms: float
+    row: dict
+
+
 class PointRunner:
     """Everything measured for one point, sharing its inputs and reference output."""
 
@@ -90,62 +100,64 @@ class PointRunner:
         for backend_name in self.plan.backends:
             backend = get_backend(backend_name)
             package, version = backend.library()
+            prepared: dict[str, Prepared] = {}
             for strategy in self.plan.strategies:
                 common = {**self.base, "backend": backend_name, "library": package,
                           "library_version": version, "strategy": strategy}
-                yield from self._strategy_rows(backend, strategy, inputs, reference, common)
-        del inputs, reference
+                reason = backend.supports(self.point, strategy, self.device)
+                if reason:
+                    yield from (self._skip(common, mode, reason) for mode in self.plan.modes)
+                    continue
+                try:
+                    prepared[strategy] = self._prepare(backend, strategy, inputs, common)
+                except Exception as exc:
+                    yield from (self._error(common, mode, exc) for mode in self.plan.modes)
+            for mode in self.plan.modes:
+                yield from self._measure_mode(backend, mode, prepared, reference)
 
-    def _strategy_rows(self, backend, strategy, inputs: Inputs, reference, common) -> Iterable[dict]:
-        modes = self.plan.modes
-        reason = backend.supports(self.point, strategy, self.device)
-        if reason:
-            for mode in modes:
-                yield self._skip(common, mode, reason)
-            return
-        try:
-            metadata = build_metadata(strategy, inputs.batch, inputs.block_table).to(self.device)
-            host_us = measure_host_us(strategy, inputs.batch, inputs.block_table, self.device)
-            out = torch.empty_like(inputs.q)
-            fn = backend.prepare(strategy, inputs, metadata, out)
-            est_ms = estimate_call_ms(fn, self.device)  # the first call (maybe a JIT compile) is never timed
-        except Exception as exc:
-            for mode in modes:
-                yield self._error(common, mode, exc)
-            return
+    def _prepare(self, backend, strategy: str, inputs: Inputs, common: dict) -> Prepared:
+        metadata = build_metadata(strategy, inputs.batch, inputs.block_table).to(self.device)
+        host_us = measure_host_us(strategy, inputs.batch, inputs.block_table, self.device)
+        out = torch.empty_like(inputs.q)
+        fn = backend.prepare(strategy, inputs, metadata, out)
+        est_ms = estimate_call_ms(fn, self.device)  # the first call (maybe a JIT compile) is never timed
         launches = 1 if strategy == "unified" else sum(x is not None for x in (metadata.decode, metadata.prefill))
-        for mode in modes:
-            row = {**common, "mode": mode, "l2": "cold" if self.plan.timing.cold_l2 else "warm",
-                   "host_metadata_us": host_us, "kernel_launches": launches}
+        return Prepared(fn, out, est_ms, {**common, "host_metadata_us": host_us, "kernel_launches": launches})
+
+    def _measure_mode(self, backend, mode: str, prepared: dict[str, Prepared], reference) -> Iterable[dict]:
+        """Check each strategy once, then time all of them interleaved (one run, one ratio)."""
+        cfg = replace(self.plan.timing, mode=mode)
+        l2 = "cold" if cfg.cold_l2 else "warm"
+        checked: list[tuple[dict, Runner]] = []
+        for strategy, prep in prepared.items():
+            row = {**prep.row, "mode": mode, "l2": l2}
             if mode == "graph" and not getattr(backend, "graph_safe", True):
-                yield self._skip(common, mode, f"{backend.name} cannot be captured in a CUDA graph")
+                yield self._skip(row, mode, f"{backend.name} cannot be captured in a CUDA graph")
                 continue
             try:
-                yield {**row, **self._measure(fn, out, mode, est_ms, reference)}
+                runner = Runner(prep.fn, mode, self.device, inner=choose_inner(prep.est_ms, cfg))
+                prep.out.fill_(float("nan"))  # poison: a row passes only if every element was written
+                runner()
+                checked.append(({**row, **check_output(prep.out, reference, self.point.dtype)}, runner))
             except Exception as exc:
                 yield self._error(row, mode, exc)
-            finally:
-                if self.device.type == "cuda":
-                    torch.cuda.synchronize(self.device)
-
-    def _measure(self, fn, out: torch.Tensor, mode: str, est_ms: float, reference) -> dict:
-        cfg = replace(self.plan.timing, mode=mode)
-        runner = Runner(fn, mode, self.device, inner=choose_inner(est_ms, cfg))
-        out.fill_(float("nan"))  # poison: a row passes only if every element was written
-        runner()
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        check = check_output(out, reference, self.point.dtype)
-        timing = time_runner(runner, cfg)
+        if not checked:
+            return
+        try:
+            timings = time_runners([runner for _, runner in checked], cfg)
+        except Exception as exc:
+            yield from (self._error(row, mode, exc) for row, _ in checked)
+            return
         batch = build_batch(self.point)
-        return {
-            "median_ms": timing.median_ms, "p10_ms": timing.p10_ms, "p90_ms": timing.p90_ms,
-            "samples": timing.n, "calls_per_sample": timing.calls_per_sample,
-            "converged": timing.converged,
-            "samples_ms": " ".join(f"{s:.6g}" for s in timing.samples_ms),
-            **roofline.rates(self.point, batch, timing.median_ms, self.gpu_name),
-            **check,
-        }
+        for (row, _), timing in zip(checked, timings):
+            yield {
+                **row,
+                "median_ms": timing.median_ms, "p10_ms": timing.p10_ms, "p90_ms": timing.p90_ms,
+                "samples": timing.n, "calls_per_sample": timing.calls_per_sample,
+                "converged": timing.converged,
+                "samples_ms": " ".join(f"{s:.6g}" for s in timing.samples_ms),
+                **roofline.rates(self.point, batch, timing.median_ms, self.gpu_name),
+            }
 
     def _skip(self, common: dict, mode: str, reason: str) -> dict:
         return {**common, "mode": mode, "verdict": "skipped", "reason": reason}

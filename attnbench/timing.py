@@ -9,8 +9,10 @@ One function does all of it, as triton.testing.do_bench does, and returns sample
   events, so every sample reads its K/V from HBM.
 On the CPU the clock is time.perf_counter and the callable runs eagerly.
 
-Stopping rule: after at least `min_samples`, stop once the interquartile range is within
-`rel_spread` of the median, or when `budget_ms` of sampling has passed, or at `max_samples`.
+Several runners (a point's strategies) are timed in alternating rounds of samples, so drift in
+clocks or power hits them alike and their ratio is measured in one run. Stopping rule: after at
+least `min_samples`, stop once every runner's interquartile range is within `rel_spread` of its
+median, or when `budget_ms` per runner has passed, or at `max_samples`.
 """
 
 from __future__ import annotations
@@ -144,41 +146,62 @@ def choose_inner(est_ms: float, cfg: TimingConfig) -> int:
     return max(1, min(100, math.ceil(cfg.sample_ms / max(est_ms, 1e-4))))
 
 
-def time_runner(runner: Runner, cfg: TimingConfig) -> Timing:
-    device = runner.device
+def _sample_round(runner: Runner, count: int, flush: torch.Tensor | None) -> list[float]:
+    """`count` samples of one runner, in ms per call."""
+    if runner.device.type != "cuda":
+        samples = []
+        for _ in range(count):
+            t0 = time.perf_counter()
+            runner()
+            samples.append((time.perf_counter() - t0) * 1e3 / runner.inner)
+        return samples
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(count)]
+    for start_ev, end_ev in events:
+        if flush is not None:
+            flush.zero_()
+        start_ev.record()
+        runner()
+        end_ev.record()
+    torch.cuda.synchronize(runner.device)
+    return [s.elapsed_time(e) / runner.inner for s, e in events]
+
+
+def time_runners(runners: list[Runner], cfg: TimingConfig) -> list[Timing]:
+    """Time several runners in alternating rounds, so drift (clocks, power) hits all alike.
+
+    A ratio between two of them (split / unified) is then measured in one run, round by round.
+    Sampling stops when every runner's spread is within rel_spread, or the budget (per runner)
+    is spent, or max_samples is reached.
+    """
+    if not runners:
+        return []
+    device = runners[0].device
     cuda = device.type == "cuda"
     flush = _l2_flush_buffer(device) if (cuda and cfg.cold_l2) else None
-
-    deadline = time.perf_counter() + cfg.warmup_ms / 1e3
-    runner()
-    while time.perf_counter() < deadline:
+    for runner in runners:
+        deadline = time.perf_counter() + cfg.warmup_ms / 1e3
         runner()
-    _sync(device)
+        while time.perf_counter() < deadline:
+            runner()
+        _sync(device)
 
-    samples: list[float] = []
+    samples: list[list[float]] = [[] for _ in runners]
     started = time.perf_counter()
-    converged = False
-    while len(samples) < cfg.max_samples:
-        batch = min(10 if cuda else 1, cfg.max_samples - len(samples))
-        if cuda:
-            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                      for _ in range(batch)]
-            for start_ev, end_ev in events:
-                if flush is not None:
-                    flush.zero_()
-                start_ev.record()
-                runner()
-                end_ev.record()
-            torch.cuda.synchronize(device)
-            samples += [s.elapsed_time(e) / runner.inner for s, e in events]
-        else:
-            for _ in range(batch):
-                t0 = time.perf_counter()
-                runner()
-                samples.append((time.perf_counter() - t0) * 1e3 / runner.inner)
-        if len(samples) >= cfg.min_samples and relative_iqr(samples) <= cfg.rel_spread:
-            converged = True
+    budget_s = cfg.budget_ms / 1e3 * len(runners)
+    per_round = 10 if cuda else 1
+    while len(samples[0]) < cfg.max_samples:
+        count = min(per_round, cfg.max_samples - len(samples[0]))
+        for runner, own in zip(runners, samples):
+            own += _sample_round(runner, count, flush)
+        n = len(samples[0])
+        done = [n >= cfg.min_samples and relative_iqr(own) <= cfg.rel_spread for own in samples]
+        if all(done):
             break
-        if (time.perf_counter() - started) * 1e3 > cfg.budget_ms and len(samples) >= min(cfg.min_samples, 3):
+        if time.perf_counter() - started > budget_s and n >= min(cfg.min_samples, 3):
             break
-    return Timing(samples, runner.inner, converged)
+    return [Timing(own, runner.inner, n >= cfg.min_samples and relative_iqr(own) <= cfg.rel_spread)
+            for runner, own in zip(runners, samples)]
+
+
+def time_runner(runner: Runner, cfg: TimingConfig) -> Timing:
+    return time_runners([runner], cfg)[0]

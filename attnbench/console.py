@@ -1,0 +1,54 @@
+"""What the terminal shows: the seed-shaped table, the progress bar, JSON rows, run directories."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+
+def _slug(name: str) -> str:
+    name = re.sub(r"^nvidia\s+", "", name.lower())
+    return re.sub(r"[^a-z0-9]+", "-", name).strip("-")
+
+
+def default_out_dir(device_name: str, command: str) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("results") / f"{stamp}-{_slug(device_name)}-{command}"
+
+
+def print_seed_table(console: Console, df) -> None:
+    """The seed-shaped table; columns that hold one value for the whole run go to the title."""
+    from attnbench.report import format_ms, seed_table
+
+    table = seed_table(df)
+    if table.empty:
+        console.print("[yellow]no measured rows[/]")
+        return
+    constant = [c for c in ("backend", "mode", "l2", "kind") if table[c].nunique() == 1]
+    if (table["kv heads"] == table["heads"]).all():
+        table = table.drop(columns="kv heads")
+    title = ", ".join(f"{c} {table[c].iloc[0]}" for c in constant)
+    table = table.drop(columns=constant)
+    rich_table = Table(*table.columns, title=f"{title} (split / unified > 1: unified is faster)")
+    for row in table.itertuples(index=False):
+        cells = [format_ms(v) if col in ("unified ms", "split ms") else
+                 (f"{v:.3f}" if col == "split / unified" and pd.notna(v) else str(v))
+                 for col, v in zip(table.columns, row)]
+        rich_table.add_row(*cells)
+    console.print(rich_table)
+
+
+def progress(console: Console) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=False)
+
+
+def emit_json(row: dict) -> None:
+    print(json.dumps(row, default=str), flush=True)

@@ -1,0 +1,109 @@
+"""The seed PR's 9-point decode table, measured and cross-checked on this GPU.
+
+    python3 benchmarks/seed_table.py [--context 1024] [--out DIR]
+
+Prints two figures, whatever they are:
+1. wall time of the whole table (9 decode points x unified/split, CUDA-graph timing, every result
+   checked against the float32 reference), counted from after the imports; goal <= 20 s on an H200;
+2. for every row, the graph-mode median against the per-kernel device time torch.profiler
+   (CUPTI) reports for the same graph replays; goal: within +-2 %.
+It also times one point eager / graph / eager / graph in a row, so a graph-vs-eager gap can be
+told apart from drift. Not a test: a benchmark that prints numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from attnbench import report
+from attnbench.backends import get_backend
+from attnbench.inputs import make_inputs
+from attnbench.metadata import build_metadata
+from attnbench.sweep import SweepPlan, run_sweep
+from attnbench.timing import Runner, TimingConfig, choose_inner, estimate_call_ms, time_runner
+from attnbench.workload import SweepPoint
+
+SHAPES = [(12, 64), (32, 128), (64, 128)]
+TOKENS = [100, 500, 1000]
+
+
+def seed_points(context: str) -> list[SweepPoint]:
+    return [SweepPoint(kind="decode", num_tokens=n, num_heads=h, head_dim=d, context=context)
+            for h, d in SHAPES for n in TOKENS]
+
+
+def kernel_ms_per_call(runner: Runner, replays: int = 20) -> float:
+    """Device time of every kernel the profiler saw over `replays` runs, per call."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    runner()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            runner()
+        torch.cuda.synchronize()
+    kernel_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
+    return kernel_us / 1e3 / (replays * runner.inner)
+
+
+def build_runner(point: SweepPoint, strategy: str, mode: str, timing: TimingConfig):
+    inputs = make_inputs(point, "cuda")
+    metadata = build_metadata(strategy, inputs.batch, inputs.block_table).to("cuda")
+    out = torch.empty_like(inputs.q)
+    fn = get_backend("vllm-fa2").prepare(strategy, inputs, metadata, out)
+    return Runner(fn, mode, torch.device("cuda"), inner=choose_inner(estimate_call_ms(fn, torch.device("cuda")), timing))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    parser.add_argument("--context", default="1024", help="decode KV length (the seed PR did not say)")
+    parser.add_argument("--out", type=Path, default=Path("results/seed-table"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    timing = TimingConfig(mode="graph")
+    plan = SweepPlan(tuple(seed_points(args.context)), ("vllm-fa2",), ("unified", "split"), ("graph",),
+                     timing, "cuda")
+    writer = report.RowWriter(args.out)
+    start = time.perf_counter()
+    run_sweep(plan, torch.cuda.get_device_name(), writer.write)
+    wall_s = time.perf_counter() - start
+    writer.close()
+    df = report.load_results(args.out)
+    print(report.markdown_table(report.seed_table(df)))
+    print(f"figure 1: seed decode table (9 points x 2 strategies, graph mode, checked) wall {wall_s:.1f} s "
+          f"after import; verdicts {df['verdict'].value_counts().to_dict()}")
+
+    print("\nfigure 2: graph median vs torch.profiler kernel time per call")
+    print("| tokens | heads | dim | strategy | graph median ms | profiler kernel ms | median / kernel |")
+    print("|---|---|---|---|---|---|---|")
+    deviations = []
+    for row in df.itertuples(index=False):
+        point = next(p for p in plan.points if (p.num_tokens, p.num_heads, p.head_dim) ==
+                     (row.num_tokens, row.num_heads, row.head_dim))
+        runner = build_runner(point, row.strategy, "graph", timing)
+        kernel_ms = kernel_ms_per_call(runner)
+        ratio = row.median_ms / kernel_ms
+        deviations.append(abs(ratio - 1))
+        print(f"| {row.num_tokens} | {row.num_heads} | {row.head_dim} | {row.strategy} | "
+              f"{row.median_ms:.4f} | {kernel_ms:.4f} | {ratio:.3f} |")
+        del runner
+        torch.cuda.empty_cache()
+    print(f"max |median / kernel - 1| = {100 * max(deviations):.1f} %  "
+          f"(median over rows {100 * statistics.median(deviations):.1f} %)")
+
+    print("\ndrift check: decode 1000 tokens, 12 x 64, unified, eager/graph alternated")
+    point = SweepPoint(kind="decode", num_tokens=1000, num_heads=12, head_dim=64, context=args.context)
+    runners = {m: build_runner(point, "unified", m, timing) for m in ("eager", "graph")}
+    for mode in ("eager", "graph", "eager", "graph"):
+        print(f"  {mode}: {time_runner(runners[mode], TimingConfig(mode=mode)).median_ms:.4f} ms")
+
+
+if __name__ == "__main__":
+    main()
