@@ -14,6 +14,8 @@ told apart from drift. Not a test: a benchmark that prints numbers.
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import statistics
 import time
 from pathlib import Path
@@ -37,19 +39,20 @@ def seed_points(context: str) -> list[SweepPoint]:
             for h, d in SHAPES for n in TOKENS]
 
 
-def kernel_ms_per_call(runner: Runner, replays: int = 20) -> float:
-    """Device time of every kernel the profiler saw over `replays` runs, per call."""
+def timed_under_profiler(runner: Runner, samples: int = 30) -> tuple[float, float]:
+    """(median of event-timed samples, profiler kernel time per call) over the same replays."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     runner()
     torch.cuda.synchronize()
+    cfg = TimingConfig(mode=runner.mode, warmup_ms=0.0, min_samples=samples, max_samples=samples,
+                       rel_spread=0.0, budget_ms=1e9)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(replays):
-            runner()
-        torch.cuda.synchronize()
+        timing = time_runner(runner, cfg)  # one untimed warm-up call, then `samples` event-timed ones
+    calls = (samples + 1) * runner.inner
     kernel_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
-    return kernel_us / 1e3 / (replays * runner.inner)
+    return timing.median_ms, kernel_us / 1e3 / calls
 
 
 def build_runner(point: SweepPoint, strategy: str, mode: str, timing: TimingConfig):
@@ -64,6 +67,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("--context", default="1024", help="decode KV length (the seed PR did not say)")
     parser.add_argument("--out", type=Path, default=Path("results/seed-table"))
+    parser.add_argument("--cprofile", action="store_true", help="print where the sweep's host time goes")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -71,28 +75,43 @@ def main() -> None:
     plan = SweepPlan(tuple(seed_points(args.context)), ("vllm-fa2",), ("unified", "split"), ("graph",),
                      timing, "cuda")
     writer = report.RowWriter(args.out)
-    start = time.perf_counter()
-    run_sweep(plan, torch.cuda.get_device_name(), writer.write)
+    start = last = time.perf_counter()
+    point_s = []
+
+    def point_done(point: SweepPoint) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        point_s.append(f"{point.num_tokens}x{point.num_heads}x{point.head_dim}: {now - last:.1f}s")
+        last = now
+
+    profiler = cProfile.Profile() if args.cprofile else None
+    if profiler:
+        profiler.enable()
+    run_sweep(plan, torch.cuda.get_device_name(), writer.write, point_done)
     wall_s = time.perf_counter() - start
+    if profiler:
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
     writer.close()
     df = report.load_results(args.out)
     print(report.markdown_table(report.seed_table(df)))
     print(f"figure 1: seed decode table (9 points x 2 strategies, graph mode, checked) wall {wall_s:.1f} s "
           f"after import; verdicts {df['verdict'].value_counts().to_dict()}")
+    print("  per point: " + ", ".join(point_s))
 
-    print("\nfigure 2: graph median vs torch.profiler kernel time per call")
-    print("| tokens | heads | dim | strategy | graph median ms | profiler kernel ms | median / kernel |")
-    print("|---|---|---|---|---|---|---|")
+    print("\nfigure 2: event-timed graph replays vs torch.profiler kernel time, same replays")
+    print("| tokens | heads | dim | strategy | sweep median ms | median ms under profiler | profiler kernel ms | median / kernel |")
+    print("|---|---|---|---|---|---|---|---|")
     deviations = []
     for row in df.itertuples(index=False):
         point = next(p for p in plan.points if (p.num_tokens, p.num_heads, p.head_dim) ==
                      (row.num_tokens, row.num_heads, row.head_dim))
         runner = build_runner(point, row.strategy, "graph", timing)
-        kernel_ms = kernel_ms_per_call(runner)
-        ratio = row.median_ms / kernel_ms
+        median_ms, kernel_ms = timed_under_profiler(runner)
+        ratio = median_ms / kernel_ms
         deviations.append(abs(ratio - 1))
-        print(f"| {row.num_tokens} | {row.num_heads} | {row.head_dim} | {row.strategy} | "
-              f"{row.median_ms:.4f} | {kernel_ms:.4f} | {ratio:.3f} |")
+        print(f"| {row.num_tokens} | {row.num_heads} | {row.head_dim} | {row.strategy} | {row.median_ms:.4f} | "
+              f"{median_ms:.4f} | {kernel_ms:.4f} | {ratio:.3f} |")
         del runner
         torch.cuda.empty_cache()
     print(f"max |median / kernel - 1| = {100 * max(deviations):.1f} %  "
