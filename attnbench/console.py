@@ -31,7 +31,8 @@ def print_seed_table(console: Console, df) -> None:
     if table.empty:
         console.print("[yellow]no measured rows[/]")
         return
-    constant = [c for c in ("backend", "mode", "l2", "kind") if table[c].nunique() == 1]
+    constant = [c for c in ("backend", "mode", "l2", "kind", "prefix ratio")
+                if c in table and table[c].nunique() == 1]
     if (table["kv heads"] == table["heads"]).all():
         table = table.drop(columns="kv heads")
     title = ", ".join(f"{c} {table[c].iloc[0]}" for c in constant)

@@ -68,23 +68,16 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def resolve_backends(requested: list[str] | None, device: torch.device, console: Console) -> list[str]:
+def resolve_backends(requested: list[str] | None, device: torch.device) -> list[str]:
     if requested:
         for name in requested:
             reason = get_backend(name).unavailable_reason()
-            if reason and not (name == "reference"):
+            if reason:
                 raise UsageError(f"--backend: {name} is unavailable here: {reason}")
         return requested
     if device.type == "cpu":
-        console.print("[yellow]No GPU: running the reference backend on the CPU "
-                      "(plain torch, perf_counter timing).[/]")
         return ["reference"]
-    kernels = [name for name in available_backends() if name != "reference"]
-    if not kernels:
-        console.print("[yellow]No GPU kernel backend is available (see `attnbench backends`): "
-                      "timing the reference backend on the GPU.[/]")
-        return ["reference"]
-    return kernels
+    return [name for name in available_backends() if name != "reference"] or ["reference"]
 
 
 def resolve_modes(requested: list[str] | None, device: torch.device) -> list[str]:
@@ -109,7 +102,7 @@ def build_points(args: KernelArgs) -> list[SweepPoint]:
         ratios = args.prefix_ratios if kind == "prefix" else [args.prefix_ratios[0]]
         for ratio in ratios:
             points.append(SweepPoint(
-                kind=kind, num_tokens=n, num_heads=heads, head_dim=dim, num_kv_heads=args.kv_heads or heads,
+                kind=kind, num_tokens=n, num_heads=heads, head_dim=dim, num_kv_heads=heads if args.kv_heads is None else args.kv_heads,
                 dtype=args.dtype, block_size=args.block_size, causal=args.causal, context=args.context,
                 decode_share=args.decode_share, prefix_ratio=ratio, spec_k=args.spec_k,
                 prefill_len=args.prefill_len, seed=args.seed))
@@ -128,19 +121,25 @@ def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
               for k, v in defaults.items() if getattr(args, k) is None]
     args.tokens = args.tokens or defaults["tokens"]
     args.context = args.context or defaults["context"]
-    if device.type == "cpu" and scaled:
-        console.print(f"[yellow]CPU defaults: {' '.join(scaled)} (pass them to choose).[/]")
-    points = build_points(args)
-    modes = resolve_modes(args.modes, device)
-    backends = resolve_backends(args.backends, device, console)
-    if device.type == "cuda" and "reference" in backends and "graph" in modes:
-        console.print("[yellow]reference backend rows are eager only (it cannot be graph-captured).[/]")
-    check_memory(points, device)
-
     on_cpu = device.type == "cpu"
     budget = args.budget_ms if args.budget_ms is not None else (200.0 if on_cpu else 1000.0)
     if budget <= 0:
         raise UsageError(f"--budget-ms: must be positive, got {budget}")
+    points = build_points(args)
+    modes = resolve_modes(args.modes, device)
+    backends = resolve_backends(args.backends, device)
+    check_memory(points, device)
+    # every flag is valid from here on: notices only now, so an error is always the only line
+    if on_cpu and scaled:
+        console.print(f"[yellow]CPU defaults: {' '.join(scaled)} (pass them to choose).[/]")
+    if on_cpu and args.backends is None:
+        console.print("[yellow]No GPU: running the reference backend on the CPU (plain torch, perf_counter timing).[/]")
+    elif backends == ["reference"] and args.backends is None:
+        console.print("[yellow]No GPU kernel backend is available (see `attnbench backends`): "
+                      "timing the reference backend on the GPU.[/]")
+    if device.type == "cuda" and "reference" in backends and "graph" in modes:
+        console.print("[yellow]reference backend rows are eager only (it cannot be graph-captured).[/]")
+
     timing = TimingConfig(cold_l2=args.cold_l2 and not on_cpu, budget_ms=budget, rel_spread=args.rel_spread,
                           warmup_ms=0.0 if on_cpu else 25.0, min_samples=3 if on_cpu else 10)
     plan = SweepPlan(tuple(points), tuple(backends), tuple(args.strategies), tuple(modes), timing, str(device))

@@ -63,14 +63,16 @@ def plot_runs(runs: list[tuple[str, pd.DataFrame]], out_dir: Path) -> list[Path]
 def _latency_figure(per_run, kinds, title, path: Path) -> Path:
     fig, axes = _panels(kinds)
     for run, df in per_run:
-        for (kind, backend, strategy, mode), g in df.groupby(["kind", "backend", "strategy", "mode"]):
+        several_ratios = df.loc[df["kind"] == "prefix", "prefix_ratio"].nunique() > 1
+        for (kind, backend, strategy, mode, ratio), g in df.groupby(["kind", "backend", "strategy", "mode", "prefix_ratio"]):
             g = g.sort_values("num_tokens")
+            tag = f"hit {ratio:g}" if kind == "prefix" and several_ratios else ""
             style = "-" if strategy == "unified" else "--"
             marker = "o" if mode == "graph" else "s"
             ax = axes[kind]
             ax.errorbar(g["num_tokens"], g["median_ms"],
                         yerr=[g["median_ms"] - g["p10_ms"], g["p90_ms"] - g["median_ms"]],
-                        linestyle=style, marker=marker, capsize=2, label=_label(run, backend, strategy, mode))
+                        linestyle=style, marker=marker, capsize=2, label=_label(run, backend, strategy, mode, tag))
     for kind, ax in axes.items():
         ax.set_title(kind)
         ax.set_xlabel("query tokens")
@@ -90,13 +92,15 @@ def _ratio_figure(per_run, kinds, title, path: Path) -> Path | None:
     fig, axes = _panels(kinds)
     drawn = False
     for run, df in per_run:
-        ms = df.pivot_table(index=["kind", "backend", "mode", "num_tokens"], columns="strategy",
+        several_ratios = df.loc[df["kind"] == "prefix", "prefix_ratio"].nunique() > 1
+        ms = df.pivot_table(index=["kind", "backend", "mode", "prefix_ratio", "num_tokens"], columns="strategy",
                             values="median_ms", aggfunc="first")
         if not {"unified", "split"} <= set(ms.columns):
             continue
         ratio = (ms["split"] / ms["unified"]).dropna().reset_index(name="ratio")
-        for (kind, backend, mode), g in ratio.groupby(["kind", "backend", "mode"]):
-            axes[kind].plot(g["num_tokens"], g["ratio"], marker="o", label=_label(run, backend, mode))
+        for (kind, backend, mode, hit), g in ratio.groupby(["kind", "backend", "mode", "prefix_ratio"]):
+            tag = f"hit {hit:g}" if kind == "prefix" and several_ratios else ""
+            axes[kind].plot(g["num_tokens"], g["ratio"], marker="o", label=_label(run, backend, mode, tag))
             drawn = True
     if not drawn:
         plt.close(fig)

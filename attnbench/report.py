@@ -16,7 +16,7 @@ import pandas as pd
 POINT_COLUMNS = [
     "kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim", "dtype", "block_size", "causal",
     "context", "decode_share", "prefix_ratio", "spec_k", "prefill_len", "seed",
-    "num_seqs", "num_decode_seqs", "max_kv_len", "total_kv_tokens", "lengths_rule",
+    "batch_tokens", "num_seqs", "num_decode_seqs", "max_kv_len", "total_kv_tokens", "lengths_rule",
 ]
 RUN_COLUMNS = ["device", "gpu", "backend", "library", "library_version", "strategy", "mode", "l2"]
 MEASURE_COLUMNS = [
@@ -84,7 +84,10 @@ def seed_table(df: pd.DataFrame) -> pd.DataFrame:
     measured = df[df["verdict"].isin(["pass", "fail"])]
     if measured.empty:
         return pd.DataFrame()
-    index = ["kind", "backend", "mode", "l2", "num_tokens", "num_heads", "num_kv_heads", "head_dim"]
+    # the hit ratio only shapes prefix batches: blank elsewhere, so other kinds don't show one
+    measured = measured.assign(prefix_ratio=[f"{r:g}" if k == "prefix" else "-" for k, r in
+                                             zip(measured["kind"], measured["prefix_ratio"])])
+    index = ["kind", "backend", "mode", "l2", "prefix_ratio", "num_tokens", "num_heads", "num_kv_heads", "head_dim"]
     ms = measured.pivot_table(index=index, columns="strategy", values="median_ms", aggfunc="first")
     ok = measured.assign(ok=measured["verdict"].eq("pass")).pivot_table(
         index=index, columns="strategy", values="ok", aggfunc="all")
@@ -94,7 +97,10 @@ def seed_table(df: pd.DataFrame) -> pd.DataFrame:
     table["split / unified"] = table["split ms"] / table["unified ms"]
     table["check"] = ok.all(axis=1).map({True: "pass", False: "FAIL"})
     table = table.reset_index().rename(columns={
-        "num_tokens": "query tokens", "num_heads": "heads", "num_kv_heads": "kv heads", "head_dim": "head dim"})
+        "num_tokens": "query tokens", "num_heads": "heads", "num_kv_heads": "kv heads", "head_dim": "head dim",
+        "prefix_ratio": "prefix ratio"})
+    if not (measured["kind"] == "prefix").any():
+        table = table.drop(columns="prefix ratio")  # the ratio only shapes prefix batches
     return table
 
 
@@ -134,7 +140,7 @@ def write_summary(df: pd.DataFrame, out_dir: Path, env: dict) -> Path:
             lines.append(f"| {r.kind} | {r.num_tokens} | {r.num_heads} | {r.head_dim} | {r.backend} | "
                          f"{r.strategy} | {r.mode} | {r.verdict} | {r.reason} |")
         lines.append("")
-    rules = df.drop_duplicates("kind")["lengths_rule"].dropna()
+    rules = df["lengths_rule"].dropna().drop_duplicates()
     if not rules.empty:
         lines += ["## How lengths were drawn\n", *[f"- {rule}" for rule in rules], ""]
     path = out_dir / "summary.md"

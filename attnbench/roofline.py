@@ -8,6 +8,8 @@ bf16/fp16 tensor-core rate without sparsity, HBM bandwidth); a GPU not in the ta
 
 from __future__ import annotations
 
+import re
+
 from attnbench.workload import Batch, SweepPoint
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2}
@@ -50,9 +52,10 @@ def min_bytes(point: SweepPoint, batch: Batch) -> float:
 
 
 def peak_for(gpu_name: str) -> tuple[float, float, str] | None:
-    for key, peak in PEAKS.items():
-        if key.lower() in gpu_name.lower():
-            return peak
+    """The table entry whose name appears as whole words in the GPU's name (longest first)."""
+    for key in sorted(PEAKS, key=len, reverse=True):
+        if re.search(rf"(?<![\w-]){re.escape(key)}(?![\w-])", gpu_name, re.IGNORECASE):
+            return PEAKS[key]
     return None
 
 

@@ -52,7 +52,7 @@ def check_output(out: torch.Tensor, ref: torch.Tensor, dtype: str) -> dict:
 
 def point_fields(p: SweepPoint) -> dict:
     batch = build_batch(p)
-    return {**p.key(), "num_seqs": batch.num_seqs, "num_decode_seqs": batch.num_decode_seqs,
+    return {**p.key(), "batch_tokens": batch.num_tokens, "num_seqs": batch.num_seqs, "num_decode_seqs": batch.num_decode_seqs,
             "max_kv_len": max(batch.kv_lens), "total_kv_tokens": sum(batch.kv_lens),
             "lengths_rule": batch.rule}
 

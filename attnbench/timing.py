@@ -179,11 +179,14 @@ def time_runners(runners: list[Runner], cfg: TimingConfig) -> list[Timing]:
     cuda = device.type == "cuda"
     flush = _l2_flush_buffer(device) if (cuda and cfg.cold_l2) else None
     for runner in runners:
+        # synchronize every call: launches are asynchronous, and an unsynchronized loop would
+        # queue seconds of GPU work in a few host milliseconds
         deadline = time.perf_counter() + cfg.warmup_ms / 1e3
         runner()
+        _sync(device)
         while time.perf_counter() < deadline:
             runner()
-        _sync(device)
+            _sync(device)
 
     samples: list[list[float]] = [[] for _ in runners]
     started = time.perf_counter()

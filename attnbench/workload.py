@@ -28,7 +28,8 @@ KIND_RULES = {
     "mixed": "one prefill chunk of round(N * (1 - decode_share)) tokens on a cached prefix drawn "
     "from --context, plus N - chunk decode sequences (1 token, kv from --context)",
     "prefix": "prefill as above, each sequence on a cached prefix so that cached / kv = prefix_ratio",
-    "specdec": "N // spec_k sequences x spec_k query tokens; kv lengths drawn from --context",
+    "specdec": "N // spec_k sequences x spec_k query tokens (N rounded down to a multiple of spec_k, "
+    "at least one sequence); kv lengths drawn from --context",
 }
 
 
@@ -98,26 +99,30 @@ class SweepPoint:
 
 
 def validate(p: SweepPoint) -> None:
-    """Raise UsageError naming the flag for anything that cannot describe a real batch."""
+    """Raise UsageError naming the flag for anything that cannot describe a real batch.
+
+    Checks run in order and stop at the first failure, so later ones may assume earlier ones.
+    """
     checks = [
-        (p.kind in KINDS, "--kind", f"unknown kind {p.kind!r}; choose from {', '.join(KINDS)}"),
-        (p.dtype in DTYPES, "--dtype", f"unknown dtype {p.dtype!r}; choose bf16 or fp16"),
-        (p.num_tokens > 0, "--tokens", f"query-token counts must be positive, got {p.num_tokens}"),
-        (p.num_heads > 0, "--heads", f"must be positive, got {p.num_heads}"),
-        (p.num_kv_heads > 0, "--kv-heads", f"must be positive, got {p.num_kv_heads}"),
-        (p.num_heads % p.num_kv_heads == 0, "--kv-heads",
-         f"heads ({p.num_heads}) must be divisible by kv heads ({p.num_kv_heads})"),
-        (p.head_dim > 0 and p.head_dim % 8 == 0, "--dim", f"head dim must be a positive multiple of 8, got {p.head_dim}"),
-        (p.block_size > 0 and p.block_size % 16 == 0, "--block-size",
-         f"KV block size must be a positive multiple of 16, got {p.block_size}"),
-        (0.0 <= p.decode_share < 1.0, "--decode-share", f"must be in [0, 1), got {p.decode_share}"),
-        (0.0 <= p.prefix_ratio < 1.0, "--prefix-ratio", f"must be in [0, 1), got {p.prefix_ratio}"),
-        (p.spec_k > 0, "--spec-k", f"must be positive, got {p.spec_k}"),
-        (p.prefill_len > 0, "--prefill-len", f"must be positive, got {p.prefill_len}"),
+        (lambda: p.kind in KINDS, "--kind", lambda: f"unknown kind {p.kind!r}; choose from {', '.join(KINDS)}"),
+        (lambda: p.dtype in DTYPES, "--dtype", lambda: f"unknown dtype {p.dtype!r}; choose bf16 or fp16"),
+        (lambda: p.num_tokens > 0, "--tokens", lambda: f"query-token counts must be positive, got {p.num_tokens}"),
+        (lambda: p.num_heads > 0, "--heads", lambda: f"must be positive, got {p.num_heads}"),
+        (lambda: p.num_kv_heads > 0, "--kv-heads", lambda: f"must be positive, got {p.num_kv_heads}"),
+        (lambda: p.num_heads % p.num_kv_heads == 0, "--kv-heads",
+         lambda: f"heads ({p.num_heads}) must be divisible by kv heads ({p.num_kv_heads})"),
+        (lambda: p.head_dim > 0 and p.head_dim % 8 == 0, "--dim",
+         lambda: f"head dim must be a positive multiple of 8, got {p.head_dim}"),
+        (lambda: p.block_size > 0 and p.block_size % 16 == 0, "--block-size",
+         lambda: f"KV block size must be a positive multiple of 16, got {p.block_size}"),
+        (lambda: 0.0 <= p.decode_share < 1.0, "--decode-share", lambda: f"must be in [0, 1), got {p.decode_share}"),
+        (lambda: 0.0 <= p.prefix_ratio < 1.0, "--prefix-ratio", lambda: f"must be in [0, 1), got {p.prefix_ratio}"),
+        (lambda: p.spec_k > 0, "--spec-k", lambda: f"must be positive, got {p.spec_k}"),
+        (lambda: p.prefill_len > 0, "--prefill-len", lambda: f"must be positive, got {p.prefill_len}"),
     ]
     for ok, flag, message in checks:
-        if not ok:
-            raise UsageError(f"{flag}: {message}")
+        if not ok():
+            raise UsageError(f"{flag}: {message()}")
 
 
 @dataclass(frozen=True)
@@ -152,8 +157,9 @@ def _even_split(total: int, parts: int) -> list[int]:
 
 
 def _rng(p: SweepPoint) -> random.Random:
-    # Seeded by the point's identity (minus heads/dim), so a (kind, N) batch is the same across shapes.
-    return random.Random(f"{p.seed}:{p.kind}:{p.num_tokens}:{p.context}:{p.decode_share}:{p.prefix_ratio}:{p.spec_k}")
+    # Seeded by the fields this kind's rule uses (not heads or dim), so a (kind, N) batch is the
+    # same across shapes, and a flag another kind ignores cannot change it.
+    return random.Random(f"{p.seed}:{p.num_tokens}:{_rule_details(p)}")
 
 
 def build_batch(p: SweepPoint) -> Batch:
@@ -188,13 +194,16 @@ def build_batch(p: SweepPoint) -> Batch:
     )
 
 
-def describe(p: SweepPoint) -> str:
-    """How the point's lengths were drawn, in one line, for every result row."""
-    details = {
+def _rule_details(p: SweepPoint) -> str:
+    return {
         "decode": f"context={p.context}",
         "specdec": f"spec_k={p.spec_k}, context={p.context}",
         "prefill": f"prefill_len={p.prefill_len}",
         "prefix": f"prefill_len={p.prefill_len}, prefix_ratio={p.prefix_ratio}",
         "mixed": f"decode_share={p.decode_share}, context={p.context}",
     }[p.kind]
-    return f"{p.kind}: {KIND_RULES[p.kind]} ({details}, seed={p.seed})"
+
+
+def describe(p: SweepPoint) -> str:
+    """How the point's lengths were drawn, in one line, for every result row."""
+    return f"{p.kind}: {KIND_RULES[p.kind]} ({_rule_details(p)}, seed={p.seed})"

@@ -158,9 +158,6 @@ def test_missing_dim_is_named():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the notices checked here are the CPU's")
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="bug: run_kernel prints a notice (CPU defaults, no GPU) before it has validated "
-                          "every flag, so the error is not the only line")
 @pytest.mark.parametrize("args, flag", [
     (["--heads", "4", "--kv-heads", "3", "--dim", "32"], "--kv-heads"),
     (["--heads", "4", "--dim", "32", "--tokens", "8", "--context", "32", "--budget-ms", "0"], "--budget-ms"),
@@ -169,9 +166,6 @@ def test_bad_input_is_reported_before_any_notice(args, flag, tmp_path):
     assert_one_line_error(invoke("kernel", *args, "--out", str(tmp_path)), flag)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="bug: kernel_cmd.build_points uses `args.kv_heads or heads`, "
-                          "so --kv-heads 0 silently runs with kv heads = heads")
 def test_zero_kv_heads_is_refused(tmp_path):
     assert_one_line_error(invoke("kernel", *BASE, "--kv-heads", "0", "--out", str(tmp_path)), "--kv-heads")
 

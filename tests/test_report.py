@@ -14,6 +14,7 @@ from attnbench.plots import plot_runs
 
 def row(num_tokens: int, strategy: str, median_ms: float, verdict: str = "pass", **extra) -> dict:
     return {"kind": "decode", "num_tokens": num_tokens, "num_heads": 4, "num_kv_heads": 2, "head_dim": 16,
+            "prefix_ratio": 0.5,
             "backend": "reference", "mode": "eager", "l2": "warm", "strategy": strategy,
             "median_ms": median_ms, "p10_ms": 0.9 * median_ms, "p90_ms": 1.1 * median_ms,
             "verdict": verdict, "reason": "" if verdict == "pass" else "rel L2 error 5e-02 > 0.01",
@@ -54,8 +55,6 @@ def test_seed_table_ignores_skipped_and_error_rows():
     assert report.seed_table(pd.DataFrame(rows)).empty
 
 
-@pytest.mark.xfail(strict=True, reason="bug: seed_table's index has no prefix_ratio, so a --prefix-ratio "
-                                       "sweep collapses into one line showing the first ratio's times")
 def test_seed_table_keeps_each_swept_prefix_ratio():
     rows = [{**row(8, strategy, ms), "kind": "prefix", "prefix_ratio": ratio}
             for ratio, ms in ((0.0, 2.0), (0.9, 1.0)) for strategy in ("unified", "split")]

@@ -60,7 +60,5 @@ def test_peaks_are_found_by_the_device_name(name, source):
     assert source in roofline.peak_for(name)[2]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: peak_for matches substrings in table order, so an "
-                                       "L40 (not in the table) gets the L4's peaks")
 def test_a_gpu_not_in_the_table_gets_no_peak():
     assert roofline.peak_for("NVIDIA L40") is None

@@ -1,0 +1,338 @@
+"""`attnbench e2e`: request latency of a whole model with unified vs split attention.
+
+For each (input_len, output_len, batch_size) point, every backend x strategy runs the same
+requests on one model and one KV cache: one untimed check run that records logits, warm-up runs,
+then measured runs. Between compared runs only the attention backend and strategy change. The
+check runs are compared (unified vs split; graph vs eager, from an extra eager check run when
+graphs are on) and each comparison becomes a row of agreement.csv. Rows go to results.csv as
+soon as they exist; parquet, summary.md and plots are written from them at the end.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Optional
+
+import pandas as pd
+import torch
+import typer
+from rich.console import Console
+
+from attnbench import report
+from attnbench.console import default_out_dir, progress
+from attnbench.attention_ops import PagedAttention
+from attnbench.backends import STRATEGIES, get_backend
+from attnbench.e2e_report import FAILING, compare_runs, plot, run_metrics, worst, write_summary
+from attnbench.engine import GRAPH_NOTE, Engine, KVCache, estimate_bytes, graph_buckets, make_prompts
+from attnbench.errors import AttnbenchError, UsageError
+from attnbench.inputs import torch_dtype
+from attnbench.kernel_cmd import resolve_backends, resolve_device
+from attnbench.model import PRESETS, ModelArgs, Transformer, load_hf_checkpoint, random_model, read_hf_config
+from attnbench.workload import DTYPE_ALIASES, SweepPoint
+
+SEED_INPUT_LENS, SEED_OUTPUT_LENS, SEED_BATCH_SIZES = "32,512", "128,32", "1,2,4,8,16,32"
+CPU_LIMIT_BYTES = 2 * 2**30  # the CPU path (reference attention) is for tests and small models
+GiB = 2**30
+
+
+@dataclass
+class E2EArgs:
+    model: str = "llama-7b"
+    input_lens: list[int] = field(default_factory=lambda: [32, 512])
+    output_lens: list[int] = field(default_factory=lambda: [128, 32])
+    batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
+    chunk_size: int | None = None
+    strategies: list[str] = STRATEGIES
+    backends: list[str] | None = None
+    eager: bool = False
+    dtype: str = "bf16"
+    block_size: int = 16
+    warmup: int = 10
+    iters: int = 30
+    seed: int = 0
+    device: str = "auto"
+    out: Path | None = None
+
+
+def length_pairs(args: E2EArgs) -> list[tuple[int, int]]:
+    """--input-len and --output-len zipped; a single value goes with every value of the other."""
+    ins, outs = list(args.input_lens), list(args.output_lens)
+    if len(ins) == 1:
+        ins *= len(outs)
+    if len(outs) == 1:
+        outs *= len(ins)
+    if len(ins) != len(outs):
+        raise UsageError(f"--input-len/--output-len: {len(ins)} input lengths and {len(outs)} output lengths "
+                         "do not pair up; give equally many (they are zipped) or one of either")
+    return list(zip(ins, outs))
+
+
+def validate(args: E2EArgs) -> None:
+    checks = [("--input-len", args.input_lens), ("--output-len", args.output_lens), ("--batch-size", args.batch_sizes),
+              ("--chunk-size", [] if args.chunk_size is None else [args.chunk_size]), ("--iters", [args.iters]), ("--block-size", [args.block_size])]
+    for flag, values in checks:
+        bad = [v for v in values if v <= 0]
+        if bad:
+            raise UsageError(f"{flag}: must be positive, got {bad[0]}")
+    if args.warmup < 0:
+        raise UsageError(f"--warmup: must be >= 0, got {args.warmup}")
+    if DTYPE_ALIASES.get(args.dtype) is None:
+        raise UsageError(f"--dtype: unknown dtype {args.dtype!r}; choose bf16 or fp16")
+    for s in args.strategies:
+        if s not in STRATEGIES:
+            raise UsageError(f"--strategy: unknown strategy {s!r}; choose unified, split")
+
+
+def resolve_model(name: str) -> tuple[ModelArgs, Path | None]:
+    """A preset name, or a local checkpoint directory (anything that exists or looks like a path)."""
+    if name in PRESETS:
+        return ModelArgs.from_name(name), None
+    path = Path(name).expanduser()
+    if path.exists() or "/" in name or name.startswith("."):
+        return read_hf_config(path), path
+    return ModelArgs.from_name(name), None  # raises: unknown model, with the presets
+
+
+def check_fits(parts: dict[str, int], model: str, device: torch.device) -> None:
+    need = int(sum(parts.values()) * 1.1) + (512 * 2**20 if device.type == "cuda" else 0)
+    detail = ", ".join(f"{k.replace('_', ' ')} {v / GiB:.2f}" for k, v in parts.items())
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        if need > free:
+            raise AttnbenchError(f"--model {model}: needs ~{need / GiB:.1f} GiB ({detail} GiB + 10 %), "
+                                 f"{free / GiB:.1f} GiB free on {torch.cuda.get_device_name(device)}; "
+                                 "use a smaller --batch-size or lengths")
+    elif need > CPU_LIMIT_BYTES:
+        raise AttnbenchError(f"--model {model}: needs ~{need / GiB:.1f} GiB ({detail} GiB); without a GPU "
+                             f"only runs up to {CPU_LIMIT_BYTES / GiB:.0f} GiB are allowed (e.g. --model tiny)")
+
+
+def attention_point(args: ModelArgs, dtype: str, block_size: int) -> SweepPoint:
+    """What a backend needs to know of the model's attention (heads, head dim, dtype, blocks)."""
+    return SweepPoint(kind="decode", num_tokens=1, num_heads=args.n_head, head_dim=args.head_dim,
+                      num_kv_heads=args.n_kv_head, dtype=dtype, block_size=block_size)
+
+
+class Runner:
+    """The model, the KV cache and one engine per (backend, strategy, graphs), made on first use."""
+
+    def __init__(self, model: Transformer, max_num_seqs: int, max_model_len: int, block_size: int = 16,
+                 chunk_size: int | None = None, seed: int = 0):
+        dtype = model.tok_embeddings.dtype
+        self.model, self.max_num_seqs, self.max_model_len, self.chunk_size = model, max_num_seqs, max_model_len, chunk_size
+        self.point = attention_point(model.args, str(dtype).removeprefix("torch."), block_size)
+        self.cache = KVCache(model.args, KVCache.blocks_for(max_num_seqs, max_model_len, block_size), block_size,
+                             dtype, model.tok_embeddings.device, seed)
+        self.engines: dict[tuple[str, str, bool], Engine] = {}
+        model.setup_rope(max_model_len)
+
+    def engine(self, backend: str, strategy: str, graphs: bool) -> Engine:
+        key = (backend, strategy, graphs)
+        if key not in self.engines:
+            attn = PagedAttention(get_backend(backend), strategy, self.point, self.cache.k, self.cache.v)
+            self.engines[key] = Engine(self.model, self.cache, attn, self.max_num_seqs, self.max_model_len,
+                                       self.chunk_size, graphs)
+        return self.engines[key]
+
+
+def graph_plan(backend: str, device: torch.device, eager: bool, max_num_seqs: int) -> tuple[bool, str]:
+    if eager:
+        return False, "eager (--eager)"
+    if device.type != "cuda":
+        return False, f"eager: CUDA graphs need a GPU (this run is on {device.type})"
+    if not getattr(get_backend(backend), "graph_safe", True):
+        return False, f"eager: the {backend} backend cannot be captured in a CUDA graph"
+    return True, GRAPH_NOTE.format(buckets=",".join(map(str, graph_buckets(max_num_seqs))))
+
+
+def _error_reason(exc: Exception) -> str:
+    last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" ({last.filename.rsplit('/', 1)[-1]}:{last.lineno})" if last else ""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}{where}"[:300]
+
+
+def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
+    from attnbench.env import collect
+
+    validate(args)
+    pairs = length_pairs(args)
+    device = resolve_device(args.device)
+    margs, path = resolve_model(args.model)
+    dtype_name = DTYPE_ALIASES[args.dtype]
+    max_model_len = max(i + o for i, o in pairs)
+    if max_model_len > margs.max_positions:
+        raise UsageError(f"--input-len/--output-len: {max_model_len} tokens exceed {margs.name}'s "
+                         f"{margs.max_positions} positions")
+    point = attention_point(margs, dtype_name, args.block_size)
+    backends = resolve_backends(args.backends, device)
+    for b in backends:
+        reason = get_backend(b).supports(point, "unified", device)
+        if reason:
+            raise UsageError(f"--backend: {b} cannot run {margs.name} here: {reason}")
+    max_bs = max(args.batch_sizes)
+    plans = {b: graph_plan(b, device, args.eager, max_bs) for b in backends}
+    runs_at_once = len(backends) * len(args.strategies) * (2 if any(g for g, _ in plans.values()) else 1)
+    elt = torch.empty((), dtype=torch_dtype(dtype_name)).element_size()
+    parts = estimate_bytes(margs, elt, max_bs, max_model_len, args.block_size,
+                           args.chunk_size or max(b * i for b in args.batch_sizes for i, _ in pairs),
+                           max(b * o for b in args.batch_sizes for _, o in pairs) * runs_at_once)
+    check_fits(parts, args.model, device)
+
+    dtype = torch_dtype(dtype_name)
+    model = load_hf_checkpoint(path, dtype, device, margs) if path else random_model(margs, dtype, device, args.seed)
+    runner = Runner(model, max_bs, max_model_len, args.block_size, args.chunk_size, args.seed)
+
+    gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    out_dir = args.out or default_out_dir(gpu_name or "cpu", "e2e")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = collect(command)
+    env["e2e"] = {"model": margs.name, "model_args": {k: v for k, v in vars(margs).items()},
+                  "params_b": margs.num_params / 1e9, "weights": f"checkpoint {path}" if path else f"random (seed {args.seed})",
+                  "dtype": dtype_name, "block_size": args.block_size, "chunk_size": args.chunk_size,
+                  "max_model_len": max_model_len, "warmup": args.warmup, "iters": args.iters,
+                  "memory_estimate_gib": {k: round(v / GiB, 3) for k, v in parts.items()},
+                  "graphs": {b: note for b, (_, note) in plans.items()}}
+    report.write_env(out_dir, env)
+    base = {"model": margs.name, "params_b": round(margs.num_params / 1e9, 3), "dtype": dtype_name,
+            "block_size": args.block_size, "chunk_size": args.chunk_size or 0, "device": device.type,
+            "gpu": gpu_name or "cpu", "warmup": args.warmup, "iters": args.iters}
+    points = [(i, o, b) for i, o in pairs for b in args.batch_sizes]
+    console.print(f"{margs.name} ({margs.num_params / 1e9:.2f} B params, {dtype_name}) on {gpu_name or 'cpu'}: "
+                  f"{len(points)} points x {len(backends)} backend(s) x {len(args.strategies)} strategies -> {out_dir}")
+    rows: list[dict] = []
+    agreements: list[dict] = []
+    with progress(console) as bar:
+        task = bar.add_task("e2e", total=len(points))
+        for input_len, output_len, batch_size in points:
+            bar.update(task, description=f"in {input_len} / out {output_len} / batch {batch_size}")
+            fields = {**base, "input_len": input_len, "output_len": output_len, "batch_size": batch_size}
+            new_rows, new_agreements = run_point(runner, args, plans, fields)
+            rows += new_rows
+            agreements += new_agreements
+            pd.DataFrame(rows).to_csv(out_dir / "results.csv", index=False)
+            pd.DataFrame(agreements).to_csv(out_dir / "agreement.csv", index=False)
+            bar.update(task, advance=1)
+    return finish(out_dir, env, console)
+
+
+def run_point(runner: Runner, args: E2EArgs, plans: dict, fields: dict) -> tuple[list[dict], list[dict]]:
+    """Every backend x strategy on one point; then the agreement of their check runs."""
+    prompts = make_prompts(fields["batch_size"], fields["input_len"], runner.model.args.vocab_size, args.seed)
+    output_len = fields["output_len"]
+    rows, checks, agreements = [], {}, []
+    for backend, (graphs, note) in plans.items():
+        package, version = get_backend(backend).library()
+        mode = "graph" if graphs else "eager"
+        for strategy in args.strategies:
+            row = {**fields, "backend": backend, "library": package, "library_version": version,
+                   "strategy": strategy, "mode": mode, "graph_note": note}
+            try:
+                engine = runner.engine(backend, strategy, graphs)
+                check = checks[(backend, strategy, mode)] = engine.generate(prompts, output_len, record_logits=True)
+                for _ in range(args.warmup):
+                    engine.generate(prompts, output_len)
+                measured = [engine.generate(prompts, output_len) for _ in range(args.iters)]
+                row.update(run_metrics(measured, fields["batch_size"], output_len),
+                           finite=bool(torch.isfinite(check.logits).all()),
+                           repeatable=all(g.tokens == check.tokens for g in measured), verdict="pass", reason="")
+                if graphs:  # the same strategy without graphs, for the graph-vs-eager check only
+                    checks[(backend, strategy, "eager")] = runner.engine(backend, strategy, False).generate(
+                        prompts, output_len, record_logits=True)
+            except Exception as exc:  # one failed row must not lose the others
+                row.update(verdict="error", reason=_error_reason(exc))
+            rows.append(row)
+        pairs = [("unified", mode, s, mode) for s in args.strategies if s != "unified" and "unified" in args.strategies]
+        pairs += [(s, "eager", s, "graph") for s in args.strategies if graphs]
+        for ref_s, ref_m, run_s, run_m in pairs:
+            ref, run = checks.get((backend, ref_s, ref_m)), checks.get((backend, run_s, run_m))
+            if ref is None or run is None:
+                continue
+            result = compare_runs(ref.tokens, ref.logits, run.tokens, run.logits)
+            agreements.append({**{k: fields[k] for k in ("input_len", "output_len", "batch_size")}, "backend": backend,
+                               "reference": f"{ref_s} {ref_m}", "run": f"{run_s} {run_m}", **result.row()})
+    for row in rows:
+        mine = [a["verdict"] for a in agreements if a["backend"] == row["backend"]
+                and f"{row['strategy']} {row['mode']}" in (a["reference"], a["run"])]
+        row["agreement"] = worst(mine)
+        if row["verdict"] == "pass":
+            problems = [f"agreement {row['agreement']}" if row["agreement"] in FAILING else "",
+                        "" if row["finite"] else "logits have NaN/inf",
+                        "" if row["repeatable"] else "measured runs' tokens differ from the check run's"]
+            problems = [p for p in problems if p]
+            row.update(verdict="fail" if problems else "pass", reason="; ".join(problems))
+    for check in checks.values():
+        check.logits = None  # free the recorded logits before the next point
+    return rows, agreements
+
+
+def finish(out_dir: Path, env: dict, console: Console) -> Path:
+    from attnbench.e2e_report import e2e_table, markdown
+
+    df = report.load_results(out_dir / "results.csv")
+    if df.empty:
+        raise UsageError("no rows were measured")
+    agreement_path = out_dir / "agreement.csv"
+    agreement = pd.read_csv(agreement_path) if agreement_path.stat().st_size > 1 else pd.DataFrame()
+    report.write_parquet(df, out_dir)
+    summary = write_summary(df, agreement, out_dir, env)
+    plots = plot(df, out_dir)
+    console.print(markdown(e2e_table(df)), highlight=False, soft_wrap=True)
+    if not agreement.empty:
+        for a in agreement.itertuples(index=False):
+            console.print(f"agreement in {a.input_len}/{a.output_len} batch {a.batch_size} {a.backend}: "
+                          f"{a.run} vs {a.reference}: {a.verdict} (tokens equal {a.tokens_equal:.1%}, max logit diff "
+                          f"{a.max_logit_diff:.3g} of spread {a.logit_scale:.3g}"
+                          + (f", first divergence {a.first_divergence}" if isinstance(a.first_divergence, str) else "") + ")",
+                          highlight=False, soft_wrap=True)
+    verdicts = df["verdict"].value_counts().to_dict()
+    console.print("rows: " + ", ".join(f"{v} {k}" for k, v in verdicts.items()))
+    console.print(f"results: {out_dir}/results.csv, agreement.csv, {summary.name}, env.json, {len(plots)} plot(s)")
+    return out_dir
+
+
+def register(app: typer.Typer) -> None:
+    app.command("e2e")(e2e)
+
+
+def e2e(
+    model: Annotated[str, typer.Option(help=f"A preset ({', '.join(PRESETS)}) or a local Hugging Face Llama/Qwen2 checkpoint directory (config.json + *.safetensors; never downloaded). Example: --model ./checkpoints/my-llama")] = "llama-7b",
+    input_len: Annotated[str, typer.Option(help="Prompt lengths, zipped with --output-len (one value pairs with all). Example: --input-len 32,512")] = SEED_INPUT_LENS,
+    output_len: Annotated[str, typer.Option(help="Generated tokens per request (greedy, EOS ignored). Example: --output-len 128,32")] = SEED_OUTPUT_LENS,
+    batch_size: Annotated[str, typer.Option(help="Concurrent requests per run. Example: --batch-size 1,2,4,8,16,32")] = SEED_BATCH_SIZES,
+    chunk_size: Annotated[Optional[int], typer.Option(help="Chunked prefill: token budget per step, which makes mixed prefill+decode batches (default: whole prefill). Example: --chunk-size 256")] = None,
+    strategy: Annotated[str, typer.Option(help="Attention strategies. Example: --strategy unified,split")] = "unified,split",
+    backend: Annotated[Optional[str], typer.Option(help="Attention backends (default: every available kernel backend; reference on CPU). Example: --backend vllm-fa2")] = None,
+    eager: Annotated[bool, typer.Option(help="No CUDA graphs: decode steps run eagerly too. Example: --eager")] = False,
+    dtype: Annotated[str, typer.Option(help="bf16 or fp16. Example: --dtype fp16")] = "bf16",
+    block_size: Annotated[int, typer.Option(help="KV cache block size, a multiple of 16. Example: --block-size 32")] = 16,
+    warmup: Annotated[int, typer.Option(help="Warm-up runs per row (as vllm bench latency). Example: --warmup 2")] = 10,
+    iters: Annotated[int, typer.Option(help="Measured runs per row (as vllm bench latency). Example: --iters 5")] = 30,
+    seed: Annotated[int, typer.Option(help="Seed for random weights, prompts and block order. Example: --seed 1")] = 0,
+    device: Annotated[str, typer.Option(help="auto, cuda, cuda:N or cpu. Example: --device cpu")] = "auto",
+    out: Annotated[Optional[Path], typer.Option(help="Results directory (default results/<time>-<gpu>-e2e). Example: --out runs/h200-e2e")] = None,
+) -> None:
+    """Request latency of a whole model, unified vs split attention: p50/p90/p99 request latency,
+    prefill/decode step times, tokens/s, and greedy-token agreement between the runs.
+
+    Default: the seed's table, llama-7b with random weights, input/output 32/128 and 512/32 x batch
+    1-32, CUDA graphs on.
+
+    Examples: attnbench e2e --model llama-7b;
+    attnbench e2e --model qwen-14b --input-len 512 --output-len 32 --chunk-size 256;
+    attnbench e2e --model ./checkpoints/my-llama --eager
+    """
+    from attnbench.cli import fail, parse_list
+
+    console = Console()
+    try:
+        args = E2EArgs(
+            model=model, input_lens=parse_list(input_len, "--input-len"), output_lens=parse_list(output_len, "--output-len"),
+            batch_sizes=parse_list(batch_size, "--batch-size"), chunk_size=chunk_size,
+            strategies=parse_list(strategy, "--strategy", str), backends=parse_list(backend, "--backend", str) if backend else None,
+            eager=eager, dtype=dtype, block_size=block_size, warmup=warmup, iters=iters, seed=seed, device=device, out=out)
+        run_e2e(args, console, command=["attnbench", *sys.argv[1:]])
+    except AttnbenchError as exc:
+        fail(console, str(exc))

@@ -1,0 +1,333 @@
+"""A Llama-family decoder in one file, gpt-fast style: presets as data, small free functions.
+
+Why it exists: unified vs split is decided by request latency, so the e2e benchmark needs the
+real step around the attention kernel: the GEMMs, norms, RoPE and LM head a serving engine runs.
+The kernel itself is not here. Each layer hands its (q, k, v) to `attn(layer_id, q, k, v)`, a
+callable the engine supplies (paged KV cache + attnbench backend + strategy), so between two
+compared runs only that callable changes.
+
+Weights are random by default, made on the device from a fixed seed and scaled 1/sqrt(fan_in)
+so that every layer's activations stay O(1); or they are read from a local Hugging Face Llama or
+Qwen2 checkpoint directory (config.json + *.safetensors). Nothing is ever downloaded.
+Tokens are laid out flat ([num_tokens, ...], sequences back to back), as varlen kernels want.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnbench.errors import UsageError
+
+AttnFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    name: str
+    n_layer: int
+    dim: int
+    n_head: int
+    n_kv_head: int
+    ffn_dim: int
+    vocab_size: int
+    head_dim: int = 0  # 0: dim // n_head
+    rope_theta: float = 10000.0
+    rope_scaling: dict | None = field(default=None, compare=False)
+    norm_eps: float = 1e-5
+    qkv_bias: bool = False
+    tie_embeddings: bool = False
+    max_positions: int = 4096
+
+    def __post_init__(self) -> None:
+        if not self.head_dim:
+            object.__setattr__(self, "head_dim", self.dim // self.n_head)
+
+    @classmethod
+    def from_name(cls, name: str) -> ModelArgs:
+        if name not in PRESETS:
+            raise UsageError(f"--model: unknown model {name!r}; presets: {', '.join(PRESETS)} "
+                             "(or a local Hugging Face checkpoint directory)")
+        return cls(name=name, **PRESETS[name])
+
+    @property
+    def num_params(self) -> int:
+        qkv = self.dim * (self.n_head + 2 * self.n_kv_head) * self.head_dim
+        qkv_bias = (self.n_head + 2 * self.n_kv_head) * self.head_dim if self.qkv_bias else 0
+        layer = qkv + qkv_bias + self.n_head * self.head_dim * self.dim + 3 * self.dim * self.ffn_dim + 2 * self.dim
+        heads = 1 if self.tie_embeddings else 2
+        return self.n_layer * layer + heads * self.vocab_size * self.dim + self.dim
+
+
+# The seed's model (llama-7b) and the shapes around it. qwen-14b is Qwen-14B-Chat's dimensions in
+# this Llama-family block (its MLP width is config intermediate_size 27392 / 2).
+PRESETS: dict[str, dict] = {
+    "llama-7b": dict(n_layer=32, dim=4096, n_head=32, n_kv_head=32, ffn_dim=11008, vocab_size=32000),
+    "llama-3-8b": dict(n_layer=32, dim=4096, n_head=32, n_kv_head=8, ffn_dim=14336, vocab_size=128256,
+                       rope_theta=500000.0, max_positions=8192),
+    "llama-13b": dict(n_layer=40, dim=5120, n_head=40, n_kv_head=40, ffn_dim=13824, vocab_size=32000),
+    "qwen-14b": dict(n_layer=40, dim=5120, n_head=40, n_kv_head=40, ffn_dim=13696, vocab_size=152064,
+                     norm_eps=1e-6, qkv_bias=True, max_positions=8192),
+    # CPU tests and GPU smoke tests: head dim 64 is in the FA2 JIT cache the device pack carries
+    "tiny": dict(n_layer=2, dim=256, n_head=4, n_kv_head=2, ffn_dim=512, vocab_size=1024, qkv_bias=True),
+}
+
+
+def rope_inv_freq(args: ModelArgs) -> torch.Tensor:
+    """Rotary frequencies, with Llama-3 or linear scaling when the checkpoint asks for it."""
+    inv = 1.0 / args.rope_theta ** (torch.arange(0, args.head_dim, 2, dtype=torch.float32) / args.head_dim)
+    scaling = args.rope_scaling or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "linear":
+        return inv / scaling["factor"]
+    if kind == "llama3":
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old = scaling["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > old / low, inv / factor, inv)
+        smooth = (old / wavelen - low) / (high - low)
+        medium = (wavelen >= old / high) & (wavelen <= old / low)
+        return torch.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
+    return inv
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE (the Hugging Face layout, so checkpoints load without permuting q/k)."""
+    x1, x2 = x.float().chunk(2, dim=-1)
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+
+def _param(*shape: int, dtype, device) -> nn.Parameter:
+    return nn.Parameter(torch.empty(shape, dtype=dtype, device=device), requires_grad=False)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float, dtype, device):
+        super().__init__()
+        self.eps, self.weight = eps, _param(dim, dtype=dtype, device=device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, args: ModelArgs, layer_id: int, dtype, device):
+        super().__init__()
+        self.layer_id, self.n_head, self.n_kv_head, self.head_dim = layer_id, args.n_head, args.n_kv_head, args.head_dim
+        qkv = (args.n_head + 2 * args.n_kv_head) * args.head_dim
+        self.wqkv = _param(qkv, args.dim, dtype=dtype, device=device)
+        self.bqkv = _param(qkv, dtype=dtype, device=device) if args.qkv_bias else None
+        self.wo = _param(args.dim, args.n_head * args.head_dim, dtype=dtype, device=device)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn: AttnFn) -> torch.Tensor:
+        q_size, kv_size = self.n_head * self.head_dim, self.n_kv_head * self.head_dim
+        q, k, v = F.linear(x, self.wqkv, self.bqkv).split([q_size, kv_size, kv_size], dim=-1)
+        q = apply_rope(q.view(-1, self.n_head, self.head_dim), cos, sin)
+        k = apply_rope(k.view(-1, self.n_kv_head, self.head_dim), cos, sin)
+        out = attn(self.layer_id, q, k, v.view(-1, self.n_kv_head, self.head_dim))
+        return F.linear(out.view(-1, q_size), self.wo)
+
+
+class FeedForward(nn.Module):
+    """SwiGLU with gate and up fused into one GEMM (w13), as serving engines do."""
+
+    def __init__(self, args: ModelArgs, dtype, device):
+        super().__init__()
+        self.w13 = _param(2 * args.ffn_dim, args.dim, dtype=dtype, device=device)
+        self.w2 = _param(args.dim, args.ffn_dim, dtype=dtype, device=device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = F.linear(x, self.w13).chunk(2, dim=-1)
+        return F.linear(F.silu(gate) * up, self.w2)
+
+
+class Block(nn.Module):
+    def __init__(self, args: ModelArgs, layer_id: int, dtype, device):
+        super().__init__()
+        self.attention_norm = RMSNorm(args.dim, args.norm_eps, dtype, device)
+        self.attention = Attention(args, layer_id, dtype, device)
+        self.ffn_norm = RMSNorm(args.dim, args.norm_eps, dtype, device)
+        self.feed_forward = FeedForward(args, dtype, device)
+
+    def forward(self, x, cos, sin, attn: AttnFn) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), cos, sin, attn)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class Transformer(nn.Module):
+    def __init__(self, args: ModelArgs, dtype: torch.dtype, device: torch.device | str):
+        super().__init__()
+        self.args = args
+        self.tok_embeddings = _param(args.vocab_size, args.dim, dtype=dtype, device=device)
+        self.layers = nn.ModuleList(Block(args, i, dtype, device) for i in range(args.n_layer))
+        self.norm = RMSNorm(args.dim, args.norm_eps, dtype, device)
+        self.output = self.tok_embeddings if args.tie_embeddings else _param(
+            args.vocab_size, args.dim, dtype=dtype, device=device)
+        self.setup_rope(args.max_positions)
+
+    def setup_rope(self, max_len: int) -> None:
+        """cos/sin tables for positions 0 .. max_len - 1, float32, on the model's device."""
+        device = self.tok_embeddings.device
+        freqs = torch.outer(torch.arange(max_len, dtype=torch.float32), rope_inv_freq(self.args)).to(device)
+        self.rope_cos, self.rope_sin = freqs.cos(), freqs.sin()
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttnFn,
+                logits_indices: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits for the tokens at `logits_indices` (all tokens when None)."""
+        x = F.embedding(input_ids, self.tok_embeddings)
+        cos, sin = self.rope_cos[positions], self.rope_sin[positions]
+        for layer in self.layers:
+            x = layer(x, cos, sin, attn)
+        if logits_indices is not None:
+            x = x[logits_indices]
+        return F.linear(self.norm(x), self.output)
+
+
+@torch.no_grad()
+def init_random_(model: Transformer, seed: int = 0) -> Transformer:
+    """Random weights from `seed`, drawn on the model's device in parameter order."""
+    gen = torch.Generator(device=model.tok_embeddings.device).manual_seed(seed)
+    for name, p in model.named_parameters():
+        if name.endswith("norm.weight"):
+            p.fill_(1.0)
+        elif p.dim() == 1:  # qkv bias: small, as trained ones are
+            p.normal_(0.0, 0.02, generator=gen)
+        elif name == "tok_embeddings":
+            p.normal_(0.0, 1.0, generator=gen)
+        else:
+            p.normal_(0.0, p.shape[1] ** -0.5, generator=gen)
+    return model
+
+
+def random_model(args: ModelArgs, dtype: torch.dtype, device, seed: int = 0) -> Transformer:
+    return init_random_(Transformer(args, dtype, device), seed)
+
+
+# --- Hugging Face checkpoints -------------------------------------------------------------------
+
+HF_MODEL_TYPES = ("llama", "qwen2")
+_HF_LAYER = {  # our parameter -> the Hugging Face tensors concatenated (dim 0) into it
+    "attention.wqkv": ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+    "attention.bqkv": ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"),
+    "attention.wo": ("self_attn.o_proj.weight",),
+    "feed_forward.w13": ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
+    "feed_forward.w2": ("mlp.down_proj.weight",),
+    "attention_norm.weight": ("input_layernorm.weight",),
+    "ffn_norm.weight": ("post_attention_layernorm.weight",),
+}
+
+
+def hf_names(args: ModelArgs) -> dict[str, tuple[str, ...]]:
+    names = {"tok_embeddings": ("model.embed_tokens.weight",), "norm.weight": ("model.norm.weight",)}
+    if not args.tie_embeddings:
+        names["output"] = ("lm_head.weight",)
+    for i in range(args.n_layer):
+        for ours, theirs in _HF_LAYER.items():
+            if ours != "attention.bqkv" or args.qkv_bias:
+                names[f"layers.{i}.{ours}"] = tuple(f"model.layers.{i}.{t}" for t in theirs)
+    return names
+
+
+def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+    """Our weights under Hugging Face names (views, no copies): to load into transformers."""
+    a, params, out = model.args, dict(model.named_parameters()), {}
+    sizes = {"attention.wqkv": [a.n_head * a.head_dim, a.n_kv_head * a.head_dim, a.n_kv_head * a.head_dim],
+             "feed_forward.w13": [a.ffn_dim, a.ffn_dim]}
+    sizes["attention.bqkv"] = sizes["attention.wqkv"]
+    for ours, theirs in hf_names(a).items():
+        kind = ours.split(".", 2)[-1]
+        parts = params[ours].split(sizes[kind]) if len(theirs) > 1 else [params[ours]]
+        out.update(zip(theirs, parts))
+    return out
+
+
+def args_from_hf_config(cfg: dict, name: str) -> ModelArgs:
+    model_type = cfg.get("model_type")
+    if model_type not in HF_MODEL_TYPES:
+        raise UsageError(f"--model: {name}: model_type {model_type!r} is not supported "
+                         f"(supported: {', '.join(HF_MODEL_TYPES)})")
+    if cfg.get("attention_bias") or cfg.get("mlp_bias") or cfg.get("use_sliding_window"):
+        raise UsageError(f"--model: {name}: attention_bias/mlp_bias/sliding windows are not supported")
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}  # transformers 5 / 4 spelling
+    if rope.get("rope_type", rope.get("type", "default")) not in ("default", "linear", "llama3"):
+        raise UsageError(f"--model: {name}: rope scaling {rope} is not supported (default, linear, llama3)")
+    try:
+        heads = cfg["num_attention_heads"]
+        return ModelArgs(
+            name=name, n_layer=cfg["num_hidden_layers"], dim=cfg["hidden_size"], n_head=heads,
+            n_kv_head=cfg.get("num_key_value_heads") or heads, ffn_dim=cfg["intermediate_size"],
+            vocab_size=cfg["vocab_size"], head_dim=cfg.get("head_dim") or 0,
+            rope_theta=float(cfg.get("rope_theta", rope.get("rope_theta", 10000.0))),
+            rope_scaling=rope or None, norm_eps=cfg.get("rms_norm_eps", 1e-6),
+            qkv_bias=model_type == "qwen2", tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            max_positions=cfg.get("max_position_embeddings", 4096))
+    except KeyError as exc:
+        raise UsageError(f"--model: {name}/config.json lacks {exc.args[0]!r}") from None
+
+
+def read_hf_config(path: Path) -> ModelArgs:
+    """Check a checkpoint directory and read its config.json, without touching the weights."""
+    if not path.exists():
+        raise UsageError(f"--model: no such checkpoint directory: {path}")
+    if not path.is_dir():
+        raise UsageError(f"--model: {path} is not a directory (expected config.json + *.safetensors)")
+    config = path / "config.json"
+    if not config.is_file():
+        raise UsageError(f"--model: {path} has no config.json (expected a Hugging Face checkpoint)")
+    if not sorted(path.glob("*.safetensors")):
+        raise UsageError(f"--model: {path} has no *.safetensors weights")
+    try:
+        cfg = json.loads(config.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--model: {config} is not valid JSON ({exc})") from None
+    if not isinstance(cfg, dict):
+        raise UsageError(f"--model: {config} is not a JSON object")
+    return args_from_hf_config(cfg, str(path))
+
+
+@torch.no_grad()
+def load_hf_checkpoint(path: Path, dtype: torch.dtype, device, args: ModelArgs | None = None) -> Transformer:
+    """A Llama/Qwen2 checkpoint directory -> Transformer with its weights, cast to `dtype`."""
+    from safetensors import SafetensorError, safe_open
+
+    args = args or read_hf_config(path)
+    where: dict[str, Path] = {}
+    for file in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                where.update(dict.fromkeys(f.keys(), file))
+        except (SafetensorError, OSError) as exc:
+            raise UsageError(f"--model: cannot read {file}: {exc}") from None
+    if args.tie_embeddings is False and "lm_head.weight" not in where and "model.embed_tokens.weight" in where:
+        args = replace(args, tie_embeddings=True)  # some checkpoints tie without saying so
+    wanted = hf_names(args)
+    missing = [t for theirs in wanted.values() for t in theirs if t not in where]
+    if missing:
+        raise UsageError(f"--model: {path} lacks tensor {missing[0]!r}")
+    model = Transformer(args, dtype, device)
+    params = dict(model.named_parameters())
+    # one shard at a time: a parameter is filled once all of its parts have been read
+    needed = {t for theirs in wanted.values() for t in theirs}
+    loaded: dict[str, torch.Tensor] = {}
+    for file in dict.fromkeys(where[t] for t in sorted(needed)):
+        with safe_open(str(file), framework="pt", device=str(device)) as f:
+            loaded.update((name, f.get_tensor(name)) for name in f.keys() if name in needed)
+        for ours, theirs in list(wanted.items()):
+            if all(t in loaded for t in theirs):
+                parts = [loaded.pop(t) for t in theirs]
+                tensor = torch.cat(parts) if len(parts) > 1 else parts[0]
+                if tensor.shape != params[ours].shape:
+                    raise UsageError(f"--model: {path}: {theirs[0]} has shape {tuple(parts[0].shape)}, "
+                                     f"config.json implies {tuple(params[ours].shape)} for {ours}")
+                params[ours].copy_(tensor)
+                del wanted[ours]
+    return model

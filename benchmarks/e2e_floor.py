@@ -1,0 +1,183 @@
+"""llama-7b at batch 1 against two yardsticks, both measured in this run on this GPU.
+
+1. The weight-read floor. A batch-1 decode step must read every weight once, so it cannot take
+   less than bf16 weight bytes / the device's copy bandwidth (measured here: read + write bytes of
+   a 2 GiB device-to-device copy, CUDA events). Goal (issue 3): attnbench's decode step under
+   CUDA graphs within 1.2x the floor.
+2. Hugging Face transformers on the same random weights (LlamaForCausalLM from a LlamaConfig, our
+   tensors copied in), `generate` greedy with a static cache: eager (disable_compile), and with
+   --hf-compile also as transformers runs a static cache by default (torch.compile,
+   reduce-overhead). Goal: attnbench's request latency at least 1.5x lower.
+
+Both figures are printed whatever they are. Results go to --out as JSON after every stage, so a
+run cut short by a timeout keeps what it measured. Not a test: nothing here asserts.
+
+    python3 benchmarks/e2e_floor.py --out floor.json --hf-compile
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from attnbench.e2e_cmd import Runner
+from attnbench.e2e_report import run_metrics
+from attnbench.engine import make_prompts
+from attnbench.model import ModelArgs, hf_state_dict, random_model
+
+
+def copy_bandwidth_gbs(device: torch.device, gib: float = 2.0, reps: int = 20) -> float:
+    src = torch.empty(int(gib * 2**30), dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        dst.copy_(src)
+    end.record()
+    torch.cuda.synchronize(device)
+    return 2 * src.numel() * reps / (start.elapsed_time(end) / 1e3) / 1e9
+
+
+def attnbench_run(runner: Runner, strategy: str, prompt: list[int], output_len: int, warmup: int, iters: int) -> dict:
+    engine = runner.engine("vllm-fa2", strategy, graphs=True)
+    check = engine.generate([prompt], output_len, record_logits=True)
+    for _ in range(warmup):
+        engine.generate([prompt], output_len)
+    runs = [engine.generate([prompt], output_len) for _ in range(iters)]
+    graph = engine.graphs[1]
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(50):  # back to back: the step's GPU time with no host work between replays
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return {**run_metrics(runs, 1, output_len), "graph_replay_ms": start.elapsed_time(end) / 50,
+            "tokens": check.tokens[0], "first_logits": check.logits[0, 0].float()}
+
+
+def hf_model(model):
+    import transformers
+
+    a = model.args
+    config = transformers.LlamaConfig(
+        vocab_size=a.vocab_size, hidden_size=a.dim, intermediate_size=a.ffn_dim, num_hidden_layers=a.n_layer,
+        num_attention_heads=a.n_head, num_key_value_heads=a.n_kv_head, rms_norm_eps=a.norm_eps,
+        max_position_embeddings=a.max_positions, tie_word_embeddings=False)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(model.tok_embeddings.dtype)
+    try:
+        with torch.device(model.tok_embeddings.device):
+            hf = transformers.LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default)
+    missing, unexpected = hf.load_state_dict(hf_state_dict(model), strict=False)
+    if unexpected or any("rotary" not in k for k in missing):
+        raise RuntimeError(f"weights did not map: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    hf.generation_config.eos_token_id = None  # exactly output_len tokens, like attnbench (EOS ignored)
+    return hf.eval(), transformers.__version__
+
+
+def hf_run(hf, prompt: list[int], output_len: int, compile: bool, warmup: int, iters: int) -> dict:
+    ids = torch.tensor([prompt], device=hf.device)
+
+    def generate():
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=output_len, do_sample=False,
+                          cache_implementation="static", disable_compile=not compile, pad_token_id=0)
+        torch.cuda.synchronize()
+        return time.perf_counter() - start, out[0, len(prompt):].tolist()
+
+    first_s, tokens = generate()  # compiles when compile is on: reported, never counted
+    for _ in range(warmup):
+        generate()
+    times = sorted(generate()[0] for _ in range(iters))
+    return {"request_p50_s": times[len(times) // 2], "first_call_s": first_s, "tokens": tokens,
+            "generated": len(tokens)}
+
+
+def first_divergence(a: list[int], b: list[int]) -> str:
+    return next((f"step {i}" for i, (x, y) in enumerate(zip(a, b)) if x != y), "none")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="llama-7b")
+    parser.add_argument("--input-len", type=int, default=32)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--hf-compile", action="store_true", help="also time transformers' default static-cache compile")
+    parser.add_argument("--deadline-s", type=float, default=1e9, help="skip stages that would start after this")
+    parser.add_argument("--out", type=Path, default=Path("floor.json"))
+    args = parser.parse_args()
+    started = time.perf_counter()
+    device = torch.device("cuda")
+    results: dict = {"model": args.model, "input_len": args.input_len, "output_len": args.output_len,
+                     "warmup": args.warmup, "iters": args.iters, "gpu": torch.cuda.get_device_name(device)}
+
+    def save(stage: str, **values) -> None:
+        results.update(values)
+        args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+        print(f"[{time.perf_counter() - started:6.1f} s] {stage}: " + ", ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items()), flush=True)
+
+    bandwidth = copy_bandwidth_gbs(device)
+    margs = ModelArgs.from_name(args.model)
+    weight_bytes = margs.num_params * 2
+    save("floor", copy_gbs=bandwidth, weight_gb=weight_bytes / 1e9, floor_ms=weight_bytes / (bandwidth * 1e9) * 1e3)
+
+    model = random_model(margs, torch.bfloat16, device, seed=0)
+    runner = Runner(model, max_num_seqs=1, max_model_len=args.input_len + args.output_len)
+    prompt = make_prompts(1, args.input_len, margs.vocab_size, seed=0)[0]
+    ours = {}
+    for strategy in ("unified", "split"):
+        ours[strategy] = attnbench_run(runner, strategy, prompt, args.output_len, args.warmup, args.iters)
+        m = ours[strategy]
+        save(f"attnbench {strategy}", **{f"{strategy}_decode_step_ms": m["decode_step_p50_ms"],
+                                         f"{strategy}_graph_replay_ms": m["graph_replay_ms"],
+                                         f"{strategy}_request_p50_s": m["request_p50_s"],
+                                         f"{strategy}_floor_ratio": m["decode_step_p50_ms"] / results["floor_ms"]})
+
+    hf, version = hf_model(model)
+    with torch.inference_mode():
+        hf_logits = hf(torch.tensor([prompt], device=device)).logits[0, -1].float()
+    ours_logits = ours["unified"]["first_logits"]
+    save("transformers model", transformers=version, first_step_max_logit_diff=float((hf_logits - ours_logits).abs().max()),
+         logit_spread=float(ours_logits.std()))
+    for compile in (False, True):
+        if compile and not args.hf_compile:
+            continue
+        if compile and time.perf_counter() - started > args.deadline_s - 120:
+            save("hf compiled", hf_compiled="skipped: less than 120 s left before --deadline-s")
+            continue
+        label = "hf_compiled" if compile else "hf_eager"
+        m = hf_run(hf, prompt, args.output_len, compile, warmup=1, iters=3 if not compile else args.iters)
+        save(label, **{f"{label}_request_p50_s": m["request_p50_s"], f"{label}_first_call_s": m["first_call_s"],
+                       f"{label}_generated": m["generated"],
+                       f"{label}_speedup_of_attnbench": m["request_p50_s"] / ours["unified"]["request_p50_s"],
+                       f"{label}_tokens_vs_attnbench_first_divergence": first_divergence(ours["unified"]["tokens"], m["tokens"])})
+
+    r = results
+    rows = [("copy bandwidth (GB/s, read+write)", f"{r['copy_gbs']:.0f}", ""),
+            ("weight-read floor (ms)", f"{r['floor_ms']:.3f}", f"{r['weight_gb']:.2f} GB bf16 weights"),
+            *[(f"attnbench decode step, graphs, {s} (ms)", f"{r[f'{s}_decode_step_ms']:.3f}",
+               f"{r[f'{s}_floor_ratio']:.2f}x floor (goal <= 1.2); replay alone {r[f'{s}_graph_replay_ms']:.3f} ms")
+              for s in ("unified", "split")],
+            (f"attnbench request {args.input_len}/{args.output_len} bs1, unified (s)", f"{r['unified_request_p50_s']:.3f}", ""),
+            *[(f"transformers {k.split('_')[1]} static-cache generate (s)", f"{r[f'{k}_request_p50_s']:.3f}",
+               f"attnbench {r[f'{k}_speedup_of_attnbench']:.2f}x faster (goal >= 1.5)")
+              for k in ("hf_eager", "hf_compiled") if f"{k}_request_p50_s" in r]]
+    print("\n| measure | value | note |\n|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
