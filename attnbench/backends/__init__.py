@@ -5,9 +5,10 @@ from __future__ import annotations
 from attnbench.backends.base import STRATEGIES, Backend, Kernel
 from attnbench.backends.reference import ReferenceBackend
 from attnbench.backends.vllm_fa2 import VllmFA2Backend
+from attnbench.backends.vllm_fa3 import VllmFA3Backend
 from attnbench.errors import UsageError
 
-REGISTRY: dict[str, Backend] = {b.name: b for b in (ReferenceBackend(), VllmFA2Backend())}
+REGISTRY: dict[str, Backend] = {b.name: b for b in (ReferenceBackend(), VllmFA2Backend(), VllmFA3Backend())}
 
 
 def get_backend(name: str) -> Backend:
