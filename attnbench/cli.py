@@ -120,7 +120,7 @@ def backends() -> None:
 
 
 # Commands that live in their own modules; each module defines `register(app)`.
-COMMAND_MODULES: tuple[str, ...] = ("attnbench.e2e_cmd",)
+COMMAND_MODULES: tuple[str, ...] = ("attnbench.run_cmd", "attnbench.results_cmd", "attnbench.e2e_cmd")
 
 
 def _register_commands() -> None:

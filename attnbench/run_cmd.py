@@ -1,0 +1,138 @@
+"""`attnbench run scenarios/NAME.toml`: a declarative sweep, run by the same code as its command.
+
+A kernel scenario becomes KernelArgs and goes through kernel_cmd.run_kernel, once per context
+length it lists; an e2e scenario calls the `attnbench e2e` command with the file's values. What
+ran is recorded beside the results in scenario.json: the file's text, the overrides, the values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from attnbench.errors import AttnbenchError
+from attnbench.scenario import Scenario, command_callback, context_dir, kernel_args, load_scenario
+
+
+def run(
+    ctx: typer.Context,
+    scenario: Annotated[Path, typer.Argument(help="A scenario file. Example: scenarios/decode-gqa.toml")],
+    check: Annotated[bool, typer.Option("--check", help="Check the file (and the device can run it) and print the values; run nothing.")] = False,
+) -> None:
+    """Run a sweep declared in a TOML scenario file; flags given here override the file.
+
+    The file's keys are the flags of its `command` (kernel or e2e), with dashes or underscores.
+    A kernel scenario may list context lengths: one sweep each, merged into one results directory.
+
+    Example: attnbench run scenarios/decode-gqa.toml --backend vllm-fa2 --out results/gqa
+    """
+    from attnbench.cli import fail
+
+    console = Console(stderr=True)
+    try:
+        sc = load_scenario(scenario, list(ctx.args))
+        console = Console(stderr=bool(sc.values.get("json_rows")))
+        plan = preflight(sc) if sc.command == "kernel" else None
+        if check:
+            print_plan(console, sc, plan)
+        elif plan is None:
+            command_callback("e2e")(**sc.values)
+        else:
+            run_kernel_scenario(sc, plan, console)
+    except AttnbenchError as exc:
+        fail(console, f"{scenario}: {exc}")
+
+
+@dataclasses.dataclass
+class Sweep:
+    context: str
+    args: object   # KernelArgs
+    points: list
+
+
+@dataclasses.dataclass
+class Plan:
+    gpu: str | None
+    sweeps: list[Sweep]
+
+
+def preflight(sc: Scenario) -> Plan:
+    """Every sweep of the scenario, checked against this machine (memory included) before any runs."""
+    import torch
+
+    from attnbench.kernel_cmd import CPU_DEFAULTS, GPU_DEFAULTS, build_points, resolve_device, resolve_modes
+    from attnbench.sweep import check_memory
+
+    device = resolve_device(sc.values["device"])
+    defaults = GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS
+    sweeps = []
+    for context in sc.contexts:
+        args = kernel_args({**sc.values, "context": context})
+        resolve_modes(args.modes, device)
+        context = context or defaults["context"]
+        points = build_points(dataclasses.replace(args, tokens=args.tokens or defaults["tokens"], context=context))
+        check_memory(points, device)
+        sweeps.append(Sweep(context, args, points))
+    return Plan(torch.cuda.get_device_name(device) if device.type == "cuda" else None, sweeps)
+
+
+def run_kernel_scenario(sc: Scenario, plan: Plan, console: Console) -> Path:
+    from attnbench.console import default_out_dir
+    from attnbench.kernel_cmd import run_kernel
+
+    out = plan.sweeps[0].args.out or default_out_dir(plan.gpu or "cpu", sc.name)
+    command = ["attnbench", *sys.argv[1:]]
+    if len(plan.sweeps) == 1:
+        run_kernel(dataclasses.replace(plan.sweeps[0].args, out=out), console, command)
+    else:
+        parts = [out / context_dir(sweep.context) for sweep in plan.sweeps]
+        for part, sweep in zip(parts, plan.sweeps):
+            console.rule(f"{sc.name}: context {sweep.context}")
+            run_kernel(dataclasses.replace(sweep.args, out=part), console, command)
+        merge_runs(parts, out, console)
+    record(sc, out, command)
+    return out
+
+
+def merge_runs(parts: list[Path], out: Path, console: Console) -> None:
+    """One results directory from several sweeps: rows, parquet, env, summary and plots."""
+    import pandas as pd
+
+    from attnbench import report
+    from attnbench.export import plot_results, to_csv, to_markdown
+
+    df = pd.concat([report.load_results(p / "results.csv") for p in parts], ignore_index=True)
+    (out / "results.csv").write_text(to_csv(df))
+    report.write_parquet(df, out)
+    shutil.copyfile(parts[0] / "env.json", out / "env.json")
+    (out / "summary.md").write_text("# attnbench kernel summary\n\n" + to_markdown(df))
+    plots = plot_results([("", df)], out)
+    console.print(f"merged {len(df)} rows of {len(parts)} sweeps: {out}/results.csv, summary.md, env.json, "
+                  f"{len(plots)} plot(s)")
+
+
+def record(sc: Scenario, out: Path, command: list[str]) -> None:
+    values = {k: str(v) if isinstance(v, Path) else v for k, v in sc.values.items()}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scenario.json").write_text(json.dumps(
+        {"scenario": str(sc.path), "command": " ".join(command), "values": values, "contexts": sc.contexts,
+         "text": sc.text}, indent=2) + "\n")
+
+
+def print_plan(console: Console, sc: Scenario, plan: Plan | None) -> None:
+    shown = {k: str(v) if isinstance(v, Path) else v for k, v in sc.given.items()}
+    console.print(f"{sc.path}: command = {sc.command!r}, " + ", ".join(f"{k} = {v!r}" for k, v in shown.items()),
+                  soft_wrap=True, highlight=False)
+    for sweep in plan.sweeps if plan else []:
+        console.print(f"context {sweep.context}: {len(sweep.points)} points on {plan.gpu or 'cpu'}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run)

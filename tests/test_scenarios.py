@@ -1,0 +1,239 @@
+"""Scenario files: the shipped ones are valid and say what they claim; bad files are refused with
+the key named and nothing run; CLI flags override the file; a context list runs one sweep each."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Annotated
+
+import pytest
+import typer
+
+from attnbench import kernel_cmd, report, scenario
+from attnbench.cli import app
+from attnbench.errors import UsageError
+
+pytest_plugins = ["results_fixtures"]
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+KERNEL_SCENARIOS = sorted(p for p in SCENARIOS.glob("*.toml") if 'command = "kernel"' in p.read_text())
+TINY = ["--device", "cpu", "--mode", "eager", "--heads", "4", "--kv-heads", "2", "--dim", "32", "--tokens", "2,4",
+        "--budget-ms", "10"]
+
+
+def write(tmp_path, text: str) -> Path:
+    path = tmp_path / "s.toml"
+    path.write_text('command = "kernel"\n' + text)
+    return path
+
+
+def args_of(sc: scenario.Scenario, context_index: int = 0):
+    """The KernelArgs of one sweep; no context in the file means the GPU default."""
+    context = sc.contexts[context_index] or kernel_cmd.GPU_DEFAULTS["context"]
+    return scenario.kernel_args({**sc.values, "context": context})
+
+
+def test_every_shipped_scenario_is_named_by_the_issue():
+    assert {p.stem for p in SCENARIOS.glob("*.toml")} >= {
+        "seed-kernel-table", "seed-e2e-table", "decode-gqa", "chunked-prefill-mixed", "prefix-cache", "specdec"}
+
+
+@pytest.mark.parametrize("path", KERNEL_SCENARIOS, ids=lambda p: p.stem)
+def test_shipped_kernel_scenarios_are_valid(path):
+    sc = scenario.load_scenario(path)
+    for i, context in enumerate(sc.contexts):
+        assert kernel_cmd.build_points(args_of(sc, i))
+
+
+def test_seed_kernel_table_is_the_seeds_nine_points():
+    sc = scenario.load_scenario(SCENARIOS / "seed-kernel-table.toml")
+    args = args_of(sc)
+    points = kernel_cmd.build_points(args)
+    assert len(points) == 9 and {p.kind for p in points} == {"decode"}
+    assert {(p.num_tokens, p.num_heads, p.head_dim) for p in points} == {
+        (n, h, d) for n in (100, 500, 1000) for h, d in ((12, 64), (32, 128), (64, 128))}
+    assert (args.strategies, args.modes, sc.contexts) == (["unified", "split"], ["graph"], ["1024"])
+    assert "did not say" in (SCENARIOS / "seed-kernel-table.toml").read_text()  # the context choice is stated
+
+
+def test_decode_gqa_sweeps_contexts_1k_to_32k():
+    sc = scenario.load_scenario(SCENARIOS / "decode-gqa.toml")
+    assert [int(c) for c in sc.contexts] == [1024, 2048, 4096, 8192, 16384, 32768]
+    args = args_of(sc)
+    assert (args.shapes, args.kv_heads, args.kinds) == ([(32, 128)], 8, ["decode"])
+
+
+def test_prefix_cache_sweeps_hit_ratios():
+    args = args_of(scenario.load_scenario(SCENARIOS / "prefix-cache.toml"))
+    assert (args.kinds, args.prefix_ratios) == (["prefix"], [0.0, 0.25, 0.5, 0.75, 0.9])
+
+
+def test_seed_e2e_table_is_the_seeds_grid():
+    path = SCENARIOS / "seed-e2e-table.toml"
+    if importlib.util.find_spec("attnbench.e2e_cmd") is None:
+        with pytest.raises(UsageError, match="attnbench e2e"):
+            scenario.load_scenario(path)
+        pytest.skip("attnbench e2e has not landed: the file is checked against its flags once it has")
+    sc = scenario.load_scenario(path)
+    assert sc.given == {"model": "llama-7b", "input_len": "32,512", "output_len": "128,32",
+                        "batch_size": "1,2,4,8,16,32"}
+
+
+@pytest.mark.parametrize("body, named", [
+    ('heads = 4\ndim = 32\nkv-head = 2\n', "kv-head: unknown key"),
+    ('heads = 4\ndim = 32\nblock_size = "16"\n', "block_size: expected an integer, got a string"),
+    ('heads = 4\ndim = 32\ncausal = 1\n', "causal: expected true or false"),
+    ('heads = 4\ndim = 32\nkind = true\n', "kind: expected a string"),
+    ('heads = 4\ndim = 32\n[tokens]\nn = 1\n', "tokens: expected a string, a number or a list of them, got a table"),
+    ('heads = 4\ndim = 32\nkind = ["decode", "nope"]\n', "--kind: unknown kind 'nope'"),
+    ('heads = 4\ndim = 32\nblock_size = 10\n', "--block-size: KV block size must be a positive multiple of 16"),
+    ('heads = 4\ndim = 32\ncontext = [64, "uniform:9:1"]\n', "--context: need 1 <= LOW <= HIGH"),
+    ('heads = 4\ndim = 32\nstrategy = "unified,splat"\n', "strategy: unknown strategy 'splat'"),
+    ('heads = 4\ndim = 32\ntokens = [1.5]\n', "--tokens: expected a comma-separated list of ints"),
+    ('heads = 4\ndim = [32\n', "not valid TOML"),
+], ids=["unknown-key", "str-for-int", "int-for-bool", "bool-for-text", "table", "bad-kind", "bad-block-size",
+        "bad-context-in-list", "bad-strategy", "float-token", "bad-toml"])
+def test_a_bad_file_is_refused_naming_the_key_and_nothing_runs(tmp_path, monkeypatch, body, named, cli):
+    ran = []
+    monkeypatch.setattr(kernel_cmd, "run_kernel", lambda *a, **k: ran.append(a))
+    out = tmp_path / "out"
+    result = cli("run", write(tmp_path, body), "--device", "cpu", "--mode", "eager", "--out", out)
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0], result.output
+    assert not ran and not out.exists()
+
+
+def test_unknown_command_and_missing_file_are_refused(tmp_path, cli):
+    path = tmp_path / "s.toml"
+    path.write_text('command = "bench"\n')
+    assert "command: expected one of 'kernel', 'e2e'" in cli("run", path).output
+    missing = cli("run", tmp_path / "nope.toml")
+    assert missing.exit_code == 1 and "cannot read the scenario file" in missing.output
+
+
+def test_an_unknown_key_gets_a_suggestion(tmp_path):
+    with pytest.raises(UsageError, match="did you mean 'kv_heads'"):
+        scenario.load_scenario(write(tmp_path, "kv-head = 2\n"))
+
+
+def test_every_kernel_flag_is_a_key_and_reaches_kernel_args(tmp_path):
+    """A file setting every flag of `attnbench kernel` to a non-default value; each one arrives."""
+    import typer.main
+
+    options = [p for p in typer.main.get_command(app).commands["kernel"].params if p.param_type_name == "option"]
+    assert set(scenario.command_flags("kernel")) == {p.opts[0].lstrip("-").replace("-", "_") for p in options}
+    body = """
+        shapes = ["8x32"]
+        heads = 16
+        dim = 64
+        kv-heads = 2
+        tokens = [3, 5]
+        kind = ["decode", "mixed"]
+        strategy = "split"
+        backend = "reference"
+        mode = "eager"
+        dtype = "fp16"
+        block_size = 32
+        context = "uniform:8:64"
+        decode_share = 0.25
+        prefix_ratio = [0, 0.5]
+        spec_k = 2
+        prefill_len = 64
+        causal = false
+        cold_l2 = true
+        budget_ms = 7
+        rel_spread = 0.02
+        seed = 3
+        device = "cpu"
+        out = "somewhere"
+        json = true
+    """
+    sc = scenario.load_scenario(write(tmp_path, body.replace("        ", "")))
+    assert set(sc.given) == set(scenario.command_flags("kernel")), "the file above must set every flag"
+    args = args_of(sc)
+    assert (args.shapes, args.kv_heads, args.tokens, args.kinds, args.strategies, args.backends, args.modes) == (
+        [(8, 32)], 2, [3, 5], ["decode", "mixed"], ["split"], ["reference"], ["eager"])
+    assert (args.dtype, args.block_size, args.context, args.decode_share, args.prefix_ratios, args.spec_k) == (
+        "fp16", 32, "uniform:8:64", 0.25, [0.0, 0.5], 2, )
+    assert (args.prefill_len, args.causal, args.cold_l2, args.budget_ms, args.rel_spread, args.seed) == (
+        64, False, True, 7.0, 0.02, 3)
+    assert (args.device, args.out, args.json_rows) == ("cpu", Path("somewhere"), True)
+
+
+def test_cli_flags_override_the_file(tmp_path):
+    path = write(tmp_path, 'heads = 4\ndim = 32\ntokens = [8]\ncausal = true\ncontext = [64, 128]\n')
+    sc = scenario.load_scenario(path, ["--tokens", "16,32", "--no-causal", "--kv-heads=2", "--context", "256"])
+    args = args_of(sc)
+    assert (args.tokens, args.causal, args.kv_heads, sc.contexts) == ([16, 32], False, 2, ["256"])
+    assert scenario.load_scenario(path, ["--context", "32,64"]).contexts == ["32", "64"]
+    with pytest.raises(UsageError, match="--tokenz: not a flag.*did you mean 'tokens'"):
+        scenario.load_scenario(path, ["--tokenz", "3"])
+    with pytest.raises(UsageError, match="--budget-ms: expected a number"):
+        scenario.load_scenario(path, ["--budget-ms", "soon"])
+
+
+def test_check_prints_the_sweeps_and_runs_nothing(tmp_path, monkeypatch, cli):
+    monkeypatch.setattr(kernel_cmd, "run_kernel", lambda *a, **k: pytest.fail("--check ran a sweep"))
+    result = cli("run", SCENARIOS / "decode-gqa.toml", "--check", "--device", "cpu", "--mode", "eager")
+    assert result.exit_code == 0, result.output
+    assert "context 1024: 4 points on cpu" in result.output and "context 32768: 4 points" in result.output
+
+
+def test_a_context_list_runs_one_sweep_each_into_one_results_dir(tmp_path, monkeypatch, cli):
+    out = tmp_path / "gqa"
+    monkeypatch.setattr(sys, "argv", ["attnbench", "run", "scenarios/decode-gqa.toml"])
+    result = cli("run", SCENARIOS / "decode-gqa.toml", *TINY, "--context", "64,128", "--out", out)
+    assert result.exit_code == 0, result.output
+    df = report.load_results(out)
+    assert sorted(set(df["context"])) == [64, 128] and len(df) == 2 * 2 * 2
+    for part in ("context-64", "context-128"):
+        assert len(report.load_results(out / part)) == 4
+    assert (out / "results.parquet").exists() and (out / "env.json").exists()
+    summary = (out / "summary.md").read_text()
+    assert "#### ctx=64" in summary and "#### ctx=128" in summary
+    recorded = json.loads((out / "scenario.json").read_text())
+    assert recorded["contexts"] == ["64", "128"] and 'kind = "decode"' in recorded["text"]
+    assert cli("compare", out, out).exit_code == 0
+
+
+def test_a_single_sweep_runs_through_run_kernel(tmp_path, monkeypatch, cli):
+    calls = []
+    monkeypatch.setattr(kernel_cmd, "run_kernel", lambda args, console, command: calls.append(args))
+    assert cli("run", SCENARIOS / "seed-kernel-table.toml", *TINY, "--out", tmp_path / "o").exit_code == 0
+    (args,) = calls
+    assert (args.shapes, args.kinds, args.tokens, args.context, args.out) == (
+        [(4, 32)], ["decode"], [2, 4], "1024", tmp_path / "o")
+
+
+def test_e2e_scenarios_call_the_e2e_command(tmp_path, monkeypatch, cli):
+    """With an `attnbench e2e` registered, a scenario's keys are its flags and its values reach it."""
+    received = {}
+
+    def e2e(model: Annotated[str, typer.Option(help="model")] = "tiny",
+            input_len: Annotated[str, typer.Option(help="prompt lengths")] = "32",
+            output_len: Annotated[str, typer.Option(help="output lengths")] = "32",
+            batch_size: Annotated[str, typer.Option(help="batch sizes")] = "1",
+            eager: Annotated[bool, typer.Option(help="no graphs")] = False,
+            iters: Annotated[int, typer.Option(help="runs")] = 30) -> None:
+        received.update(model=model, input_len=input_len, output_len=output_len, batch_size=batch_size,
+                        eager=eager, iters=iters)
+
+    if importlib.util.find_spec("attnbench.e2e_cmd") is None:
+        module = types.ModuleType("attnbench.e2e_cmd")
+        module.__spec__ = importlib.machinery.ModuleSpec("attnbench.e2e_cmd", None)
+        monkeypatch.setitem(sys.modules, "attnbench.e2e_cmd", module)
+    others = [c for c in app.registered_commands if (c.name or c.callback.__name__) != "e2e"]
+    monkeypatch.setattr(app, "registered_commands", [*others, typer.models.CommandInfo(callback=e2e)])
+    result = cli("run", SCENARIOS / "seed-e2e-table.toml", "--eager", "--iters", "5")
+    assert result.exit_code == 0, result.output
+    assert received == {"model": "llama-7b", "input_len": "32,512", "output_len": "128,32",
+                        "batch_size": "1,2,4,8,16,32", "eager": True, "iters": 5}
+    bad = tmp_path / "bad.toml"
+    bad.write_text('command = "e2e"\nheads = 4\n')
+    assert "heads: unknown key for command = 'e2e'" in cli("run", bad).output
