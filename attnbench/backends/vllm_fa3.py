@@ -37,6 +37,35 @@ def find_module():
     return module, None
 
 
+def batched_fwd_kwargs(q4, k_cache, v_cache, out4, cache_seqlens, block_table, max_seqlen_q, max_seqlen_k,
+                       scale, causal) -> dict:
+    """Arguments of `_vllm_fa3_C.fwd` for a batched 4-D q over a paged cache, filled by schema name.
+
+    Known names get their values; every other argument takes its schema default or None, so a
+    build whose schema gained optional arguments still works, and one whose required arguments
+    changed fails with the schema in the message.
+    """
+    known = {
+        "q": q4, "k": k_cache, "v": v_cache, "out": out4, "seqused_k": cache_seqlens,
+        "max_seqlen_q": max_seqlen_q, "max_seqlen_k": max_seqlen_k, "page_table": block_table,
+        "softmax_scale": scale, "is_causal": causal, "causal": causal, "window_size_left": -1,
+        "window_size_right": -1, "softcap": 0.0, "is_rotary_interleaved": True, "num_splits": 0,
+        "sm_margin": 0, "cp_world_size": 1, "cp_rank": 0,
+    }
+    kwargs = {}
+    for arg in torch.ops._vllm_fa3_C.fwd.default._schema.arguments:
+        if arg.name in known:
+            kwargs[arg.name] = known[arg.name]
+        elif arg.has_default_value():
+            kwargs[arg.name] = arg.default_value
+        elif isinstance(arg.type, torch.OptionalType):
+            kwargs[arg.name] = None
+        else:
+            raise RuntimeError(f"_vllm_fa3_C.fwd wants {arg.name!r}, unknown to attnbench: "
+                               f"{torch.ops._vllm_fa3_C.fwd.default._schema}")
+    return kwargs
+
+
 class VllmFA3Backend:
     name = "vllm-fa3"
     description = "vllm-flash-attn FA3 (Hopper): fwd as varlen (unified) / batched + varlen (split)"
@@ -88,11 +117,10 @@ class VllmFA3Backend:
             n_tok = dec.num_seqs * dec.query_len
             shape4 = (dec.num_seqs, dec.query_len, q.shape[1], q.shape[2])
             q4, out4 = q[:n_tok].view(shape4), out[:n_tok].view(shape4)
-            max_kv = int(dec.cache_seqlens.max())
-            calls.append(lambda: module.flash_attn_varlen_func(
-                q4, kc, vc, max_seqlen_q=dec.query_len, cu_seqlens_q=None, max_seqlen_k=max_kv,
-                seqused_k=dec.cache_seqlens, softmax_scale=scale, causal=causal,
-                block_table=dec.block_table, out=out4, fa_version=3))
+            # vLLM's Python wrapper needs cu_seqlens_q, so the batched (kvcache) form calls the op
+            kwargs = batched_fwd_kwargs(q4, kc, vc, out4, dec.cache_seqlens, dec.block_table,
+                                        dec.query_len, int(dec.cache_seqlens.max()), scale, causal)
+            calls.append(lambda: torch.ops._vllm_fa3_C.fwd(**kwargs))
         if pre is not None:
             q_pre, out_pre = q[pre.token_offset:], out[pre.token_offset:]
             calls.append(lambda: varlen(q_pre, out_pre, pre))
