@@ -7,7 +7,7 @@ the same keys from a file) reuse exactly this path.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -52,6 +52,7 @@ class KernelArgs:
     device: str = "auto"
     out: Path | None = None
     json_rows: bool = False
+    profile: bool = False
 
 
 def resolve_device(name: str) -> torch.device:
@@ -128,6 +129,11 @@ def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
     points = build_points(args)
     modes = resolve_modes(args.modes, device)
     backends = resolve_backends(args.backends, device)
+    if args.backends:  # a backend the user named must be able to run something
+        for name in backends:
+            reasons = [get_backend(name).supports(p, "unified", device) for p in points]
+            if all(reasons):
+                raise UsageError(reasons[0] if reasons[0].startswith("--") else f"--backend: {name}: {reasons[0]}")
     check_memory(points, device)
     # every flag is valid from here on: notices only now, so an error is always the only line
     if on_cpu and scaled:
@@ -147,6 +153,8 @@ def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
     gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     out_dir = args.out or default_out_dir(gpu_name or "cpu", "kernel")
     out_dir.mkdir(parents=True, exist_ok=True)
+    if args.profile:
+        plan = replace(plan, profile_out=out_dir)
     env = collect(command)
     report.write_env(out_dir, env)
     writer = report.RowWriter(out_dir)
@@ -168,7 +176,12 @@ def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
             run_sweep(plan, gpu_name, on_row, on_point_done)
     finally:
         writer.close()
-    return finish(out_dir, env, console)
+    finish(out_dir, env, console)
+    if args.profile:
+        from attnbench.profiling import write_report
+
+        write_report(out_dir, console)
+    return out_dir
 
 
 def finish(out_dir: Path, env: dict, console: Console) -> Path:

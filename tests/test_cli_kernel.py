@@ -231,3 +231,19 @@ def test_a_kernel_that_raises_becomes_an_error_row(monkeypatch):
     verdicts = {r["strategy"]: (r["verdict"], r["reason"]) for r in rows}
     assert verdicts["unified"] == ("pass", "")
     assert verdicts["split"][0] == "error" and verdicts["split"][1].startswith("RuntimeError: kernel exploded")
+
+
+def test_a_named_backend_that_can_run_no_point_is_refused_naming_the_flag(monkeypatch, tmp_path):
+    monkeypatch.setattr(ReferenceBackend, "supports",
+                        lambda self, point, strategy, device: f"--dim: no head dim {point.head_dim} here")
+    assert_one_line_error(invoke("kernel", *SMALL, "--backend", "reference", "--out", str(tmp_path)), "--dim")
+
+
+def test_default_backends_list_an_unsupported_point_and_go_on(monkeypatch, tmp_path):
+    monkeypatch.setattr(ReferenceBackend, "supports",
+                        lambda self, point, strategy, device: "--dim: not 32" if point.num_tokens == 8 else None)
+    result = invoke("kernel", *SMALL, "--kind", "decode", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    rows = pd.read_csv(tmp_path / "results.csv")
+    assert set(rows.loc[rows["num_tokens"] == 8, "verdict"]) == {"skipped"}
+    assert set(rows.loc[rows["num_tokens"] == 16, "verdict"]) == {"pass"}

@@ -124,9 +124,9 @@ class VllmFA2Backend:
         if device.type != "cuda":
             return "runs on CUDA only"
         if point.head_dim not in HEAD_DIMS:
-            return f"FA2 supports head dims {HEAD_DIMS}, not {point.head_dim}"
+            return f"--dim: FA2 supports head dims {HEAD_DIMS}, not {point.head_dim}"
         if point.dtype not in ("bfloat16", "float16"):
-            return f"FA2 runs bf16/fp16, not {point.dtype}"
+            return f"--dtype: FA2 runs bf16/fp16, not {point.dtype}"
         return None
 
     def prepare(self, strategy: str, inputs: Inputs, metadata, out: torch.Tensor):

@@ -89,7 +89,7 @@ class VllmFA3Backend:
         if device.type != "cuda":
             return "runs on CUDA only"
         if point.head_dim not in HEAD_DIMS:
-            return f"FA3 here supports head dims {HEAD_DIMS}, not {point.head_dim}"
+            return f"--dim: FA3 here supports head dims {HEAD_DIMS}, not {point.head_dim}"
         return None
 
     def prepare(self, strategy: str, inputs: Inputs, metadata, out: torch.Tensor):
