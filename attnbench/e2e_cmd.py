@@ -22,15 +22,16 @@ import typer
 from rich.console import Console
 
 from attnbench import report
-from attnbench.console import default_out_dir, progress
 from attnbench.attention_ops import PagedAttention
+from attnbench.console import default_out_dir, progress
 from attnbench.backends import STRATEGIES, get_backend
-from attnbench.e2e_report import FAILING, compare_runs, plot, run_metrics, worst, write_summary
+from attnbench.e2e_report import FAILING, compare_runs, finish, run_metrics, worst
 from attnbench.engine import GRAPH_NOTE, Engine, KVCache, estimate_bytes, graph_buckets, make_prompts
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.inputs import torch_dtype
 from attnbench.kernel_cmd import resolve_backends, resolve_device
-from attnbench.model import PRESETS, ModelArgs, Transformer, load_hf_checkpoint, random_model, read_hf_config
+from attnbench.model import (PRESETS, ModelArgs, Transformer, fused, load_hf_checkpoint, random_model,
+                             read_hf_config)
 from attnbench.workload import DTYPE_ALIASES, SweepPoint
 
 SEED_INPUT_LENS, SEED_OUTPUT_LENS, SEED_BATCH_SIZES = "32,512", "128,32", "1,2,4,8,16,32"
@@ -55,6 +56,7 @@ class E2EArgs:
     seed: int = 0
     device: str = "auto"
     out: Path | None = None
+    profile: bool = False
 
 
 def length_pairs(args: E2EArgs) -> list[tuple[int, int]]:
@@ -209,16 +211,25 @@ def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
         for input_len, output_len, batch_size in points:
             bar.update(task, description=f"in {input_len} / out {output_len} / batch {batch_size}")
             fields = {**base, "input_len": input_len, "output_len": output_len, "batch_size": batch_size}
-            new_rows, new_agreements = run_point(runner, args, plans, fields)
+            new_rows, new_agreements = run_point(runner, args, plans, fields, out_dir if args.profile else None)
             rows += new_rows
             agreements += new_agreements
             pd.DataFrame(rows).to_csv(out_dir / "results.csv", index=False)
-            pd.DataFrame(agreements).to_csv(out_dir / "agreement.csv", index=False)
+            if agreements:
+                pd.DataFrame(agreements).to_csv(out_dir / "agreement.csv", index=False)
             bar.update(task, advance=1)
-    return finish(out_dir, env, console)
+    env["e2e"]["fused_ops"] = fused.status
+    report.write_env(out_dir, env)
+    finish(out_dir, env, console)
+    if args.profile:
+        from attnbench.profiling import write_report
+
+        write_report(out_dir, console)
+    return out_dir
 
 
-def run_point(runner: Runner, args: E2EArgs, plans: dict, fields: dict) -> tuple[list[dict], list[dict]]:
+def run_point(runner: Runner, args: E2EArgs, plans: dict, fields: dict,
+              profile_out: Path | None = None) -> tuple[list[dict], list[dict]]:
     """Every backend x strategy on one point; then the agreement of their check runs."""
     prompts = make_prompts(fields["batch_size"], fields["input_len"], runner.model.args.vocab_size, args.seed)
     output_len = fields["output_len"]
@@ -235,6 +246,10 @@ def run_point(runner: Runner, args: E2EArgs, plans: dict, fields: dict) -> tuple
                 for _ in range(args.warmup):
                     engine.generate(prompts, output_len)
                 measured = [engine.generate(prompts, output_len) for _ in range(args.iters)]
+                if profile_out is not None:  # --profile: extra runs after the measured ones, never among them
+                    from attnbench.profiling import profile_generation
+
+                    profile_generation(engine, prompts, output_len, profile_out, row)
                 row.update(run_metrics(measured, fields["batch_size"], output_len),
                            finite=bool(torch.isfinite(check.logits).all()),
                            repeatable=all(g.tokens == check.tokens for g in measured), verdict="pass", reason="")
@@ -243,7 +258,7 @@ def run_point(runner: Runner, args: E2EArgs, plans: dict, fields: dict) -> tuple
                         prompts, output_len, record_logits=True)
             except Exception as exc:  # one failed row must not lose the others
                 row.update(verdict="error", reason=_error_reason(exc))
-            rows.append(row)
+            rows.append({**row, "fused_ops": fused.status})
         pairs = [("unified", mode, s, mode) for s in args.strategies if s != "unified" and "unified" in args.strategies]
         pairs += [(s, "eager", s, "graph") for s in args.strategies if graphs]
         for ref_s, ref_m, run_s, run_m in pairs:
@@ -268,31 +283,6 @@ def run_point(runner: Runner, args: E2EArgs, plans: dict, fields: dict) -> tuple
     return rows, agreements
 
 
-def finish(out_dir: Path, env: dict, console: Console) -> Path:
-    from attnbench.e2e_report import e2e_table, markdown
-
-    df = report.load_results(out_dir / "results.csv")
-    if df.empty:
-        raise UsageError("no rows were measured")
-    agreement_path = out_dir / "agreement.csv"
-    agreement = pd.read_csv(agreement_path) if agreement_path.stat().st_size > 1 else pd.DataFrame()
-    report.write_parquet(df, out_dir)
-    summary = write_summary(df, agreement, out_dir, env)
-    plots = plot(df, out_dir)
-    console.print(markdown(e2e_table(df)), highlight=False, soft_wrap=True)
-    if not agreement.empty:
-        for a in agreement.itertuples(index=False):
-            console.print(f"agreement in {a.input_len}/{a.output_len} batch {a.batch_size} {a.backend}: "
-                          f"{a.run} vs {a.reference}: {a.verdict} (tokens equal {a.tokens_equal:.1%}, max logit diff "
-                          f"{a.max_logit_diff:.3g} of spread {a.logit_scale:.3g}"
-                          + (f", first divergence {a.first_divergence}" if isinstance(a.first_divergence, str) else "") + ")",
-                          highlight=False, soft_wrap=True)
-    verdicts = df["verdict"].value_counts().to_dict()
-    console.print("rows: " + ", ".join(f"{v} {k}" for k, v in verdicts.items()))
-    console.print(f"results: {out_dir}/results.csv, agreement.csv, {summary.name}, env.json, {len(plots)} plot(s)")
-    return out_dir
-
-
 def register(app: typer.Typer) -> None:
     app.command("e2e")(e2e)
 
@@ -313,6 +303,7 @@ def e2e(
     seed: Annotated[int, typer.Option(help="Seed for random weights, prompts and block order. Example: --seed 1")] = 0,
     device: Annotated[str, typer.Option(help="auto, cuda, cuda:N or cpu. Example: --device cpu")] = "auto",
     out: Annotated[Optional[Path], typer.Option(help="Results directory (default results/<time>-<gpu>-e2e). Example: --out runs/h200-e2e")] = None,
+    profile: Annotated[bool, typer.Option(help="After each row's measured runs, profile one more request run with torch.profiler: traces under <out>/profile, kernel breakdown and the attention kernels' share in profile_kernels.csv and profile.md. Example: --profile")] = False,
 ) -> None:
     """Request latency of a whole model, unified vs split attention: p50/p90/p99 request latency,
     prefill/decode step times, tokens/s, and greedy-token agreement between the runs.
@@ -332,7 +323,8 @@ def e2e(
             model=model, input_lens=parse_list(input_len, "--input-len"), output_lens=parse_list(output_len, "--output-len"),
             batch_sizes=parse_list(batch_size, "--batch-size"), chunk_size=chunk_size,
             strategies=parse_list(strategy, "--strategy", str), backends=parse_list(backend, "--backend", str) if backend else None,
-            eager=eager, dtype=dtype, block_size=block_size, warmup=warmup, iters=iters, seed=seed, device=device, out=out)
+            eager=eager, dtype=dtype, block_size=block_size, warmup=warmup, iters=iters, seed=seed, device=device, out=out,
+            profile=profile)
         run_e2e(args, console, command=["attnbench", *sys.argv[1:]])
     except AttnbenchError as exc:
         fail(console, str(exc))

@@ -19,6 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from rich.console import Console
+
+from attnbench.errors import AttnbenchError
+from attnbench.report import load_results, write_parquet
 
 TOLERANCE = 0.5  # x the reference's logit spread (RMS about each position's mean)
 FAILING = ("MISMATCH", "non-finite")
@@ -147,6 +151,7 @@ def write_summary(df: pd.DataFrame, agreement: pd.DataFrame, out_dir: Path, env:
         f"- device: {gpu}; torch {env.get('torch')}; attnbench {env.get('attnbench_version')}",
         f"- {e2e.get('warmup')} warm-up + {e2e.get('iters')} measured runs per row, after one untimed check run",
         *[f"- {note}" for note in notes],
+        f"- small elementwise ops (RMSNorm, RoPE, SiLU-and-mul): {e2e.get('fused_ops')}",
         "- request latency: run start to the request's last token; split / unified > 1 means unified is faster",
         "",
         markdown(e2e_table(df)),
@@ -206,3 +211,27 @@ def plot(df: pd.DataFrame, out_dir: Path) -> list[Path]:
         plt.close(fig)
         written.append(out_dir / name)
     return written
+
+
+def finish(out_dir: Path, env: dict, console: Console) -> Path:
+    """Parquet, summary.md, plots and the console report, all from the saved CSV files."""
+    df = load_results(out_dir / "results.csv")
+    if df.empty:
+        raise AttnbenchError("no rows were measured")
+    agreement_path = out_dir / "agreement.csv"
+    agreement = pd.read_csv(agreement_path) if agreement_path.exists() else pd.DataFrame()
+    write_parquet(df, out_dir)
+    summary = write_summary(df, agreement, out_dir, env)
+    plots = plot(df, out_dir)
+    console.print(markdown(e2e_table(df)), highlight=False, soft_wrap=True)
+    if not agreement.empty:
+        for a in agreement.itertuples(index=False):
+            console.print(f"agreement in {a.input_len}/{a.output_len} batch {a.batch_size} {a.backend}: "
+                          f"{a.run} vs {a.reference}: {a.verdict} (tokens equal {a.tokens_equal:.1%}, max logit diff "
+                          f"{a.max_logit_diff:.3g} of spread {a.logit_scale:.3g}"
+                          + (f", first divergence {a.first_divergence}" if isinstance(a.first_divergence, str) else "") + ")",
+                          highlight=False, soft_wrap=True)
+    verdicts = df["verdict"].value_counts().to_dict()
+    console.print("rows: " + ", ".join(f"{v} {k}" for k, v in verdicts.items()))
+    console.print(f"results: {out_dir}/results.csv, agreement.csv, {summary.name}, env.json, {len(plots)} plot(s)")
+    return out_dir

@@ -30,6 +30,7 @@ from attnbench.attention_ops import PagedAttention
 from attnbench.errors import AttnbenchError
 from attnbench.metadata import SplitMetadata, VarlenMetadata, build_metadata
 from attnbench.model import ModelArgs, Transformer
+from attnbench.profiling import nvtx_range
 from attnbench.workload import Batch
 
 GRAPH_NOTE = "decode steps replay CUDA graphs (buckets {buckets}); prefill and mixed steps run eagerly"
@@ -194,6 +195,9 @@ class Engine:
         host = torch.tensor(values, dtype=dtype, pin_memory=self.cuda)
         return host.to(self.device, non_blocking=True)
 
+    def _copy_in(self, buffer: torch.Tensor, values: list[int]) -> None:
+        buffer.copy_(torch.tensor(values, dtype=buffer.dtype, pin_memory=self.cuda), non_blocking=True)
+
     def load(self, step: Step) -> Callable[[], torch.Tensor]:
         """Move the step to the device; return the launch (eager forward or graph replay)."""
         if step.kind == "decode" and self.graphs:
@@ -250,11 +254,11 @@ class Engine:
         bucket = next(b for b in self.buckets if b >= n)
         pad = bucket - n
         kv_lens, table = self._kv_buffers(self.static_md[bucket])
-        self.static_ids[:bucket].copy_(self._upload(step.input_ids + [0] * pad, torch.long))
-        self.static_pos[:bucket].copy_(self._upload(step.positions + [0] * pad, torch.long))
-        self.static_slots[:bucket].copy_(self._upload(step.slot_mapping + [self.cache.scratch_slot] * pad, torch.long))
-        kv_lens.copy_(self._upload(list(step.batch.kv_lens) + [0] * pad, torch.int32))
-        table[:n, :step.block_table.shape[1]].copy_(step.block_table.to(self.device, non_blocking=True))
+        self._copy_in(self.static_ids[:bucket], step.input_ids + [0] * pad)
+        self._copy_in(self.static_pos[:bucket], step.positions + [0] * pad)
+        self._copy_in(self.static_slots[:bucket], step.slot_mapping + [self.cache.scratch_slot] * pad)
+        self._copy_in(kv_lens, list(step.batch.kv_lens) + [0] * pad)
+        table[:n, :step.block_table.shape[1]].copy_(step.block_table.pin_memory(), non_blocking=True)
         graph, logits = self.graphs[bucket], self.static_logits[:n]
 
         def replay() -> torch.Tensor:
@@ -267,6 +271,10 @@ class Engine:
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], output_len: int, record_logits: bool = False) -> Generation:
         """Greedy generation of exactly output_len tokens per prompt, all requests arriving at once."""
+        longest = max(len(p) for p in prompts) + output_len
+        if len(prompts) > self.max_num_seqs or longest > self.max_model_len:
+            raise AttnbenchError(f"{len(prompts)} requests of up to {longest} tokens do not fit an engine made for "
+                                 f"{self.max_num_seqs} x {self.max_model_len}")
         self.cache.reset()
         seqs = [Sequence(i, list(p), len(p), output_len) for i, p in enumerate(prompts)]
         vocab = self.model.args.vocab_size
@@ -288,11 +296,12 @@ class Engine:
             if self.cuda:
                 events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
                 events[-1][0].record()
-            logits = launch()
-            next_tokens = logits.argmax(dim=-1)
-            if self.cuda:
-                events[-1][1].record()
-            tokens = next_tokens.tolist()
+            with nvtx_range(f"{step.kind} step"):  # Nsight Systems / torch.profiler: one range per engine step
+                logits = launch()
+                next_tokens = logits.argmax(dim=-1)
+                if self.cuda:
+                    events[-1][1].record()
+                tokens = next_tokens.tolist()
             now = time.perf_counter()
             if not self.cuda:
                 records[-1].device_ms = (now - device_start) * 1e3

@@ -14,8 +14,10 @@ Tokens are laid out flat ([num_tokens, ...], sequences back to back), as varlen 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -98,11 +100,57 @@ def rope_inv_freq(args: ModelArgs) -> torch.Tensor:
     return inv
 
 
+class fused:
+    """nano-vllm's habit: a chain of small elementwise ops becomes one kernel on CUDA (torch.compile).
+
+    A decode step at batch 1 is weight-read bound; its ~40 tiny elementwise kernels per layer would
+    add milliseconds even inside a CUDA graph. The CPU path runs the same function as plain torch.
+    If compiling fails, CUDA runs it as plain torch too, and `fused.status` says so (env.json).
+    """
+
+    status = "plain torch (fused by torch.compile only on CUDA)"
+
+    def __init__(self, fn):
+        self.fn, self.compiled = fn, None
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, x: torch.Tensor, *args):
+        if not x.is_cuda:
+            return self.fn(x, *args)
+        if self.compiled is None:
+            self.compiled = torch.compile(self.fn, dynamic=True)
+            fused.status = "torch.compile (inductor): RMSNorm, RoPE, SiLU-and-mul"
+        try:
+            return self.compiled(x, *args)
+        except Exception as exc:  # noqa: BLE001  record it, keep the run going unfused
+            fused.status = f"plain torch: torch.compile failed ({type(exc).__name__}: {str(exc)[:160]})"
+            warnings.warn(fused.status, stacklevel=2)
+            self.compiled = self.fn
+            return self.fn(x, *args)
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate-half RoPE (the Hugging Face layout, so checkpoints load without permuting q/k)."""
     x1, x2 = x.float().chunk(2, dim=-1)
     cos, sin = cos[:, None, :], sin[:, None, :]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+
+@fused
+def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+
+
+@fused
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    h = x.float()
+    return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+@fused
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
 
 
 def _param(*shape: int, dtype, device) -> nn.Parameter:
@@ -115,8 +163,7 @@ class RMSNorm(nn.Module):
         self.eps, self.weight = eps, _param(dim, dtype=dtype, device=device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.float()
-        return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)
 
 
 class Attention(nn.Module):
@@ -131,8 +178,7 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn: AttnFn) -> torch.Tensor:
         q_size, kv_size = self.n_head * self.head_dim, self.n_kv_head * self.head_dim
         q, k, v = F.linear(x, self.wqkv, self.bqkv).split([q_size, kv_size, kv_size], dim=-1)
-        q = apply_rope(q.view(-1, self.n_head, self.head_dim), cos, sin)
-        k = apply_rope(k.view(-1, self.n_kv_head, self.head_dim), cos, sin)
+        q, k = rope_qk(q.view(-1, self.n_head, self.head_dim), k.view(-1, self.n_kv_head, self.head_dim), cos, sin)
         out = attn(self.layer_id, q, k, v.view(-1, self.n_kv_head, self.head_dim))
         return F.linear(out.view(-1, q_size), self.wo)
 
@@ -146,8 +192,7 @@ class FeedForward(nn.Module):
         self.w2 = _param(args.dim, args.ffn_dim, dtype=dtype, device=device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = F.linear(x, self.w13).chunk(2, dim=-1)
-        return F.linear(F.silu(gate) * up, self.w2)
+        return F.linear(silu_and_mul(F.linear(x, self.w13)), self.w2)
 
 
 class Block(nn.Module):

@@ -27,7 +27,7 @@ import torch
 from attnbench.e2e_cmd import Runner
 from attnbench.e2e_report import run_metrics
 from attnbench.engine import make_prompts
-from attnbench.model import ModelArgs, hf_state_dict, random_model
+from attnbench.model import ModelArgs, fused, hf_state_dict, random_model
 
 
 def copy_bandwidth_gbs(device: torch.device, gib: float = 2.0, reps: int = 20) -> float:
@@ -106,6 +106,21 @@ def first_divergence(a: list[int], b: list[int]) -> str:
     return next((f"step {i}" for i, (x, y) in enumerate(zip(a, b)) if x != y), "none")
 
 
+def print_table(r: dict, input_len: int, output_len: int) -> None:
+    rows = [("copy bandwidth (GB/s, read+write)", f"{r['copy_gbs']:.0f}", ""),
+            ("weight-read floor (ms)", f"{r['floor_ms']:.3f}", f"{r['weight_gb']:.2f} GB bf16 weights"),
+            *[(f"attnbench decode step, graphs, {s} (ms)", f"{r[f'{s}_decode_step_ms']:.3f}",
+               f"{r[f'{s}_floor_ratio']:.2f}x floor (goal <= 1.2); replay alone {r[f'{s}_graph_replay_ms']:.3f} ms")
+              for s in ("unified", "split")],
+            (f"attnbench request {input_len}/{output_len} bs1, unified (s)", f"{r['unified_request_p50_s']:.3f}", ""),
+            *[(f"transformers {k.split('_')[1]} static-cache generate (s)", f"{r[f'{k}_request_p50_s']:.3f}",
+               f"attnbench {r[f'{k}_speedup_of_attnbench']:.2f}x faster (goal >= 1.5)")
+              for k in ("hf_eager", "hf_compiled") if f"{k}_request_p50_s" in r]]
+    print("\n| measure | value | note |\n|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="llama-7b")
@@ -140,12 +155,16 @@ def main() -> None:
     for strategy in ("unified", "split"):
         ours[strategy] = attnbench_run(runner, strategy, prompt, args.output_len, args.warmup, args.iters)
         m = ours[strategy]
-        save(f"attnbench {strategy}", **{f"{strategy}_decode_step_ms": m["decode_step_p50_ms"],
+        save(f"attnbench {strategy}", fused_ops=fused.status, **{f"{strategy}_decode_step_ms": m["decode_step_p50_ms"],
                                          f"{strategy}_graph_replay_ms": m["graph_replay_ms"],
                                          f"{strategy}_request_p50_s": m["request_p50_s"],
                                          f"{strategy}_floor_ratio": m["decode_step_p50_ms"] / results["floor_ms"]})
 
-    hf, version = hf_model(model)
+    try:
+        hf, version = hf_model(model)
+    except ImportError as exc:
+        save("transformers", hf="skipped: " + str(exc))
+        return print_table(results, args.input_len, args.output_len)
     with torch.inference_mode():
         hf_logits = hf(torch.tensor([prompt], device=device)).logits[0, -1].float()
     ours_logits = ours["unified"]["first_logits"]
@@ -154,29 +173,18 @@ def main() -> None:
     for compile in (False, True):
         if compile and not args.hf_compile:
             continue
-        if compile and time.perf_counter() - started > args.deadline_s - 120:
-            save("hf compiled", hf_compiled="skipped: less than 120 s left before --deadline-s")
+        if compile and time.perf_counter() - started > args.deadline_s - 150:
+            save("hf compiled", hf_compiled="skipped: less than 150 s left before --deadline-s")
             continue
+        if compile:  # the compile may outlast a timeout: show what is measured so far first
+            print_table(results, args.input_len, args.output_len)
         label = "hf_compiled" if compile else "hf_eager"
         m = hf_run(hf, prompt, args.output_len, compile, warmup=1, iters=3 if not compile else args.iters)
         save(label, **{f"{label}_request_p50_s": m["request_p50_s"], f"{label}_first_call_s": m["first_call_s"],
                        f"{label}_generated": m["generated"],
                        f"{label}_speedup_of_attnbench": m["request_p50_s"] / ours["unified"]["request_p50_s"],
                        f"{label}_tokens_vs_attnbench_first_divergence": first_divergence(ours["unified"]["tokens"], m["tokens"])})
-
-    r = results
-    rows = [("copy bandwidth (GB/s, read+write)", f"{r['copy_gbs']:.0f}", ""),
-            ("weight-read floor (ms)", f"{r['floor_ms']:.3f}", f"{r['weight_gb']:.2f} GB bf16 weights"),
-            *[(f"attnbench decode step, graphs, {s} (ms)", f"{r[f'{s}_decode_step_ms']:.3f}",
-               f"{r[f'{s}_floor_ratio']:.2f}x floor (goal <= 1.2); replay alone {r[f'{s}_graph_replay_ms']:.3f} ms")
-              for s in ("unified", "split")],
-            (f"attnbench request {args.input_len}/{args.output_len} bs1, unified (s)", f"{r['unified_request_p50_s']:.3f}", ""),
-            *[(f"transformers {k.split('_')[1]} static-cache generate (s)", f"{r[f'{k}_request_p50_s']:.3f}",
-               f"attnbench {r[f'{k}_speedup_of_attnbench']:.2f}x faster (goal >= 1.5)")
-              for k in ("hf_eager", "hf_compiled") if f"{k}_request_p50_s" in r]]
-    print("\n| measure | value | note |\n|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print_table(results, args.input_len, args.output_len)
 
 
 if __name__ == "__main__":

@@ -54,5 +54,6 @@ else
 fi
 grep -oE ': (match|near-tie|MISMATCH|non-finite) ' "$OUT/e2e.log" | sort | uniq -c | sed 's/^/agreement verdicts: /'
 echo "== llama-7b batch 1: floor and transformers (total $((SECONDS - start))s)"
-grep -E '^\|' "$OUT/floor.log" || tail -n 8 "$OUT/floor.log"
+table=$(awk '/^\|/{if (!in_table) buf = ""; in_table = 1; buf = buf $0 "\n"; next} {in_table = 0} END {printf "%s", buf}' "$OUT/floor.log")
+if [ -n "$table" ]; then echo "$table"; else tail -n 8 "$OUT/floor.log"; fi
 rm -rf "$RUN"
