@@ -1,5 +1,6 @@
-"""vllm-flash-attn FA2 on a CUDA GPU: unified and split against the float32 reference on every
-batch kind, and a CUDA-graph replay against the eager call (the seed PR's garbage-with-graphs bug).
+"""vllm-flash-attn FA2 (and FA3 on Hopper) on a CUDA GPU: unified and split against the float32
+reference on every batch kind, and a CUDA-graph replay against the eager call (the seed PR's
+garbage-with-graphs bug).
 
 Inputs are made on the GPU by `make_inputs`; every output buffer is poisoned with NaN first, so
 a token a kernel never writes fails the check.
@@ -13,6 +14,7 @@ from conftest import rel_l2
 
 from attnbench.backends.reference import reference_attention
 from attnbench.backends.vllm_fa2 import VllmFA2Backend
+from attnbench.backends.vllm_fa3 import VllmFA3Backend
 from attnbench.inputs import Inputs, make_inputs
 from attnbench.metadata import build_metadata
 from attnbench.sweep import TOLERANCE, PointRunner, SweepPlan
@@ -31,6 +33,14 @@ pytestmark = [
 SHAPES = {"32q8kv128d": (32, 8, 128), "12h64d": (12, 12, 64)}  # the shapes the FA2 JIT cache covers
 GRAPH_VS_EAGER = 1e-3
 
+FA3 = VllmFA3Backend()
+_FA3_UNAVAILABLE = FA3.unavailable_reason()
+KERNELS = [
+    pytest.param(FA2, id="vllm-fa2"),
+    pytest.param(FA3, id="vllm-fa3", marks=pytest.mark.skipif(
+        _FA3_UNAVAILABLE is not None, reason=f"vllm-fa3 unavailable: {_FA3_UNAVAILABLE}")),
+]
+
 
 def point(kind: str, num_tokens: int, shape=SHAPES["32q8kv128d"], dtype: str = "bf16") -> SweepPoint:
     heads, kv_heads, dim = shape
@@ -45,11 +55,11 @@ def reference(inputs: Inputs) -> torch.Tensor:
                                inputs.point.causal, inputs.softmax_scale)
 
 
-def prepare(strategy: str, inputs: Inputs):
-    """The FA2 callable for a strategy, writing into a NaN-poisoned output."""
+def prepare(strategy: str, inputs: Inputs, backend=FA2):
+    """The backend's callable for a strategy, writing into a NaN-poisoned output."""
     metadata = build_metadata(strategy, inputs.batch, inputs.block_table).to(inputs.device)
     out = torch.full_like(inputs.q, float("nan"))
-    return FA2.prepare(strategy, inputs, metadata, out), out
+    return backend.prepare(strategy, inputs, metadata, out), out
 
 
 def assert_matches(out: torch.Tensor, ref: torch.Tensor, dtype: str) -> None:
@@ -57,10 +67,10 @@ def assert_matches(out: torch.Tensor, ref: torch.Tensor, dtype: str) -> None:
     assert rel_l2(out, ref) < TOLERANCE[dtype]
 
 
-def assert_both_strategies_match(inputs: Inputs) -> None:
+def assert_both_strategies_match(inputs: Inputs, backend=FA2) -> None:
     ref = reference(inputs)
     for strategy in ("unified", "split"):
-        fn, out = prepare(strategy, inputs)
+        fn, out = prepare(strategy, inputs, backend)
         fn()
         torch.cuda.synchronize()
         assert_matches(out, ref, inputs.point.dtype)
@@ -69,8 +79,9 @@ def assert_both_strategies_match(inputs: Inputs) -> None:
 @pytest.mark.parametrize("num_tokens", [100, 1000])
 @pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES.keys())
 @pytest.mark.parametrize("kind", KINDS)
-def test_unified_and_split_match_the_reference(kind, shape, num_tokens):
-    assert_both_strategies_match(make_inputs(point(kind, num_tokens, shape), "cuda"))
+@pytest.mark.parametrize("backend", KERNELS)
+def test_unified_and_split_match_the_reference(backend, kind, shape, num_tokens):
+    assert_both_strategies_match(make_inputs(point(kind, num_tokens, shape), "cuda"), backend)
 
 
 def test_fp16_matches_the_reference():
@@ -79,10 +90,11 @@ def test_fp16_matches_the_reference():
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("strategy", ["unified", "split"])
-def test_graph_replay_agrees_with_eager(kind, strategy):
+@pytest.mark.parametrize("backend", KERNELS)
+def test_graph_replay_agrees_with_eager(backend, kind, strategy):
     inputs = make_inputs(point(kind, 100), "cuda")
     ref = reference(inputs)
-    fn, out = prepare(strategy, inputs)
+    fn, out = prepare(strategy, inputs, backend)
     fn()
     torch.cuda.synchronize()
     eager = out.clone()
