@@ -100,12 +100,20 @@ def canonical(value) -> str:
         return text
 
 
-def _keyed(df: pd.DataFrame, name: str) -> pd.DataFrame:
-    df = df.assign(_key=["|".join(canonical(v) for v in row) for row in df[KEY_COLUMNS].itertuples(index=False)])
+def match_columns(ignore: list[str] | None = None) -> list[str]:
+    """KEY_COLUMNS less the ones to ignore (to compare an eager run with a graph run: ignore mode)."""
+    unknown = [c for c in ignore or [] if c not in KEY_COLUMNS]
+    if unknown:
+        raise UsageError(f"--ignore: {unknown[0]!r} is not a key column; choose from {', '.join(KEY_COLUMNS)}")
+    return [c for c in KEY_COLUMNS if c not in (ignore or [])]
+
+
+def _keyed(df: pd.DataFrame, name: str, key: list[str]) -> pd.DataFrame:
+    df = df.assign(_key=["|".join(canonical(v) for v in row) for row in df[key].itertuples(index=False)])
     duplicated = df[df["_key"].duplicated()]
     if not duplicated.empty:
         raise UsageError(f"{name}: {len(duplicated)} row(s) share a configuration key with another row "
-                         f"(first: {row_label(duplicated.iloc[0], KEY_COLUMNS)}); compare needs one row per key")
+                         f"(first: {row_label(duplicated.iloc[0], key)}); compare needs one row per key")
     return df.set_index("_key")
 
 
@@ -139,31 +147,32 @@ class Comparison:
         return self.count("slower") > 0
 
 
-def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float) -> Comparison:
-    base_k, new_k = _keyed(base, "BASE"), _keyed(new, "NEW")
+def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float,
+                 key: list[str] = KEY_COLUMNS) -> Comparison:
+    base_k, new_k = _keyed(base, "BASE", key), _keyed(new, "NEW", key)
     common = base_k.index.intersection(new_k.index, sort=False)
     if common.empty:
         raise UsageError("BASE and NEW have no configuration in common (rows match on "
-                         + ", ".join(KEY_COLUMNS) + ")")
+                         + ", ".join(key) + ")")
     timed = [k for k in common if base_k.at[k, "verdict"] in MEASURED and new_k.at[k, "verdict"] in MEASURED]
     records = []
-    for key in timed:
-        b, n = base_k.loc[key], new_k.loc[key]
-        records.append({**{c: n[c] for c in KEY_COLUMNS}, "base_ms": b["median_ms"], "new_ms": n["median_ms"],
+    for k in timed:
+        b, n = base_k.loc[k], new_k.loc[k]
+        records.append({**{c: n[c] for c in key}, "base_ms": b["median_ms"], "new_ms": n["median_ms"],
                         **judge(b, n, threshold), "check": n["verdict"]})
-    rows = pd.DataFrame(records, columns=[*KEY_COLUMNS, "base_ms", "new_ms", "ratio", "ci_low", "ci_high",
+    rows = pd.DataFrame(records, columns=[*key, "base_ms", "new_ms", "ratio", "ci_low", "ci_high",
                                           "method", "verdict", "check"])
-    label_columns = varying(pd.concat([base, new]))
+    label_columns = varying(pd.concat([base, new]), key)
     rows["label"] = labels(rows, label_columns)
     order = {v: i for i, v in enumerate(VERDICTS)}
     rows = rows.sort_values(["verdict", "ratio"], key=lambda s: s.map(order) if s.name == "verdict" else -s,
                             kind="stable").reset_index(drop=True)
     untimed_keys = [k for k in common if k not in set(timed)]
-    untimed = new_k.loc[untimed_keys, KEY_COLUMNS].assign(
+    untimed = new_k.loc[untimed_keys, key].assign(
         base=list(base_k.loc[untimed_keys, "verdict"]), new=list(new_k.loc[untimed_keys, "verdict"]))
 
     def only(frame: pd.DataFrame) -> pd.DataFrame:
-        return frame.loc[frame.index.difference(common, sort=False), KEY_COLUMNS].reset_index(drop=True)
+        return frame.loc[frame.index.difference(common, sort=False), key].reset_index(drop=True)
 
     return Comparison(rows=rows, only_base=only(base_k), only_new=only(new_k), untimed=untimed.reset_index(drop=True),
                       threshold=threshold, label_columns=label_columns)
@@ -190,9 +199,9 @@ def row_label(row, columns) -> str:
     return " ".join(format_field(c, row[c]) for c in columns)
 
 
-def varying(df: pd.DataFrame) -> list[str]:
+def varying(df: pd.DataFrame, key: list[str] = KEY_COLUMNS) -> list[str]:
     """The kind plus the key columns that vary in df: short labels, enough to tell rows apart."""
-    return [c for c in KEY_COLUMNS if c == "kind" or df[c].map(canonical).nunique() > 1]
+    return [c for c in key if c == "kind" or df[c].map(canonical).nunique() > 1]
 
 
 def labels(df: pd.DataFrame, columns: list[str]) -> list[str]:

@@ -24,6 +24,7 @@ def compare(
     new: Annotated[Path, typer.Argument(help="Candidate, as BASE.")],
     threshold: Annotated[str, typer.Option(help="Smallest change that counts. Example: --threshold 3%")] = "5%",
     markdown: Annotated[Optional[Path], typer.Option(help="Also write a Markdown report for a PR comment. Example: --markdown compare.md")] = None,
+    ignore: Annotated[Optional[str], typer.Option(help="Key columns to leave out of the match, e.g. to compare an eager run with a graph run, or two backends. Example: --ignore mode")] = None,
 ) -> None:
     """Compare NEW with BASE row by row; exit 1 when a row got slower beyond threshold and noise.
 
@@ -33,11 +34,12 @@ def compare(
     Example: attnbench compare results/main results/pr --threshold 5% --markdown compare.md
     """
     from attnbench import compare as cmp
-    from attnbench.cli import fail
+    from attnbench.cli import fail, parse_list
 
     console = Console()
     try:
-        result = cmp.compare_runs(cmp.load(base, "BASE"), cmp.load(new, "NEW"), cmp.parse_threshold(threshold))
+        key = cmp.match_columns(parse_list(ignore, "--ignore", str) if ignore else None)
+        result = cmp.compare_runs(cmp.load(base, "BASE"), cmp.load(new, "NEW"), cmp.parse_threshold(threshold), key)
         env_diff = cmp.env_differences(cmp.load_env(base), cmp.load_env(new))
         if markdown:
             markdown.write_text(cmp.markdown(result, env_diff))

@@ -206,3 +206,16 @@ def test_real_run_against_itself_passes_and_against_a_slowed_copy_fails(results_
     assert "0 slower" in same.output
     slow = cli("compare", results_dir, slowed(results_dir, tmp_path, 1.5))
     assert slow.exit_code == 1, slow.output
+
+
+def test_ignore_matches_across_a_key_column(tmp_path, cli):
+    """Eager timings as NEW against graph timings as BASE: rows match once mode is ignored."""
+    tokens = (100, 500)
+    graph = write_run(tmp_path / "graph", [row(normal(1.0, 0.005, seed=t), num_tokens=t) for t in tokens])
+    eager = write_run(tmp_path / "eager", [row(normal(1.3, 0.005, seed=t), num_tokens=t, mode="eager")
+                                           for t in tokens])
+    assert "no configuration in common" in cli("compare", graph, eager).output
+    result = cli("compare", graph, eager, "--ignore", "mode")
+    assert result.exit_code == 1 and "2 slower" in result.output
+    bad = cli("compare", graph, eager, "--ignore", "gpu")
+    assert bad.exit_code == 1 and bad.output.startswith("error: --ignore: 'gpu' is not a key column")

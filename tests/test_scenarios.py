@@ -154,9 +154,14 @@ def test_every_kernel_flag_is_a_key_and_reaches_kernel_args(tmp_path):
         out = "somewhere"
         json = true
     """
+    flags = scenario.command_flags("kernel")
+    # an on/off flag added since this test was written: flipped here, checked to arrive as a field
+    newer = {k: not f.default for k, f in flags.items() if f.type == "boolean" and f"\n        {k} =" not in body}
+    body += "".join(f"{k} = {str(v).lower()}\n" for k, v in newer.items())
     sc = scenario.load_scenario(write(tmp_path, body.replace("        ", "")))
-    assert set(sc.given) == set(scenario.command_flags("kernel")), "the file above must set every flag"
+    assert set(sc.given) == set(flags), "the file above must set every flag"
     args = args_of(sc)
+    assert all(getattr(args, flags[k].param) == v for k, v in newer.items())
     assert (args.shapes, args.kv_heads, args.tokens, args.kinds, args.strategies, args.backends, args.modes) == (
         [(8, 32)], 2, [3, 5], ["decode", "mixed"], ["split"], ["reference"], ["eager"])
     assert (args.dtype, args.block_size, args.context, args.decode_share, args.prefix_ratios, args.spec_k) == (
