@@ -142,9 +142,16 @@ class Comparison:
                 for label, b, n in zip(self.labels(self.untimed), self.untimed["base"], self.untimed["new"])))
         return lines
 
+    def broken(self) -> list[str]:
+        """Rows that passed the accuracy check in BASE and fail it (or error) in NEW."""
+        timed = self.rows[(self.rows["base_check"] == "pass") & (self.rows["check"] != "pass")]
+        untimed = self.untimed[(self.untimed["base"] == "pass") & (self.untimed["new"] == "error")]
+        return self.labels(timed) + self.labels(untimed)
+
     @property
     def regressed(self) -> bool:
-        return self.count("slower") > 0
+        """Slower beyond threshold and noise, or a correctness regression: either fails a gate."""
+        return self.count("slower") > 0 or bool(self.broken())
 
 
 def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float,
@@ -159,9 +166,9 @@ def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float,
     for k in timed:
         b, n = base_k.loc[k], new_k.loc[k]
         records.append({**{c: n[c] for c in key}, "base_ms": b["median_ms"], "new_ms": n["median_ms"],
-                        **judge(b, n, threshold), "check": n["verdict"]})
+                        **judge(b, n, threshold), "check": n["verdict"], "base_check": b["verdict"]})
     rows = pd.DataFrame(records, columns=[*key, "base_ms", "new_ms", "ratio", "ci_low", "ci_high",
-                                          "method", "verdict", "check"])
+                                          "method", "verdict", "check", "base_check"])
     label_columns = varying(pd.concat([base, new]), key)
     rows["label"] = labels(rows, label_columns)
     order = {v: i for i, v in enumerate(VERDICTS)}

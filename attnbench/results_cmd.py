@@ -26,7 +26,8 @@ def compare(
     markdown: Annotated[Optional[Path], typer.Option(help="Also write a Markdown report for a PR comment. Example: --markdown compare.md")] = None,
     ignore: Annotated[Optional[str], typer.Option(help="Key columns to leave out of the match, e.g. to compare an eager run with a graph run, or two backends. Example: --ignore mode")] = None,
 ) -> None:
-    """Compare NEW with BASE row by row; exit 1 when a row got slower beyond threshold and noise.
+    """Compare NEW with BASE row by row; exit 1 when a row got slower beyond threshold and noise,
+    or a row that passed the accuracy check in BASE fails it (or errors) in NEW.
 
     Rows match on their configuration key. Per row: the ratio new / base of the median, an interval
     for it from the stored samples, and a verdict: slower, faster, same or noisy.
@@ -48,6 +49,8 @@ def compare(
     print_comparison(console, result, env_diff)
     if markdown:
         console.print(f"markdown: {markdown}")
+    for label in result.broken():
+        console.print(f"[bold red]correctness regression:[/] {label} passed in BASE, not in NEW")
     if result.regressed:
         raise typer.Exit(1)
 

@@ -219,3 +219,13 @@ def test_ignore_matches_across_a_key_column(tmp_path, cli):
     assert result.exit_code == 1 and "2 slower" in result.output
     bad = cli("compare", graph, eager, "--ignore", "gpu")
     assert bad.exit_code == 1 and bad.output.startswith("error: --ignore: 'gpu' is not a key column")
+
+
+def test_a_row_that_passed_in_base_and_fails_in_new_is_a_regression(tmp_path, cli):
+    s = normal(1.0, 0.005)
+    base = write_run(tmp_path / "base", [row(s, num_tokens=100), row(s, num_tokens=500)])
+    new = write_run(tmp_path / "new", [{**row(s, num_tokens=100), "verdict": "fail", "reason": "rel L2 error 3e-01 > 0.01"},
+                                       {**row(s, num_tokens=500), "verdict": "error", "median_ms": ""}])
+    result = cli("compare", base, new)
+    assert result.exit_code == 1, result.output
+    assert "correctness regression" in result.output and "N=100" in result.output and "N=500" in result.output
