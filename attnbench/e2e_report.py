@@ -64,7 +64,7 @@ def compare_runs(ref_tokens: list[list[int]], ref_logits: torch.Tensor, tokens: 
         r = int(torch.argmin(first * ref_t.shape[0] + torch.arange(ref_t.shape[0])))  # earliest step, then request
         s = int(first[r])
         where = f"request {r} step {s}"
-        margin = float(ref_logits[r, s, ref_t[r, s]].float() - ref_logits[r, s, other_t[r, s]].float())
+        margin = float(ref_logits[r, s, int(ref_t[r, s])].float() - ref_logits[r, s, int(other_t[r, s])].float())
     if not finite:
         verdict = "non-finite"
     elif not max_diff <= tolerance * scale:
