@@ -155,7 +155,7 @@ def write_summary(df: pd.DataFrame, agreement: pd.DataFrame, out_dir: Path, env:
         "- request latency: run start to the request's last token; split / unified > 1 means unified is faster",
         "",
         markdown(e2e_table(df)),
-        "## Step latency (p50, CUDA events; host time = schedule + prepare + upload)\n",
+        "## Step latency (p50; CUDA events on a GPU, perf_counter on the CPU; host = schedule + prepare + upload)\n",
         markdown(df[[c for c in STEP_COLUMNS if c in df]], "{:.3f}"),
         f"## Agreement of greedy tokens (MISMATCH: logit difference > {TOLERANCE} x logit spread "
         "where both runs had the same inputs)\n",

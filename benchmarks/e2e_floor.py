@@ -65,6 +65,8 @@ def hf_model(model):
     import transformers
 
     a = model.args
+    if a.qkv_bias:
+        raise SystemExit(f"{a.name} has qkv biases: LlamaForCausalLM cannot hold it; use a Llama preset")
     config = transformers.LlamaConfig(
         vocab_size=a.vocab_size, hidden_size=a.dim, intermediate_size=a.ffn_dim, num_hidden_layers=a.n_layer,
         num_attention_heads=a.n_head, num_key_value_heads=a.n_kv_head, rms_norm_eps=a.norm_eps,
