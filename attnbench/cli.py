@@ -78,6 +78,7 @@ def kernel(
     device: Annotated[str, typer.Option(help="auto, cuda, cuda:N or cpu. Example: --device cpu")] = "auto",
     out: Annotated[Optional[Path], typer.Option(help="Results directory (default results/<time>-<gpu>-kernel). Example: --out runs/h200")] = None,
     json_rows: Annotated[bool, typer.Option("--json", help="Print each row as a JSON line on stdout. Example: --json | jq .median_ms")] = False,
+    profile: Annotated[bool, typer.Option(help="After timing each row, run torch.profiler over a few more calls: traces for TensorBoard and Perfetto under <out>/profile, kernel breakdown in profile_kernels.csv and profile.md. Example: --profile")] = False,
 ) -> None:
     """Sweep query-token counts x heads x head dims over unified and split attention, check every
     result against a float32 reference, time it, and write tables and plots.
@@ -95,7 +96,7 @@ def kernel(
             modes=parse_list(mode, "--mode", str) if mode else None, dtype=dtype, block_size=block_size,
             context=context, decode_share=decode_share, prefix_ratios=parse_list(prefix_ratio, "--prefix-ratio", float),
             spec_k=spec_k, prefill_len=prefill_len, causal=causal, cold_l2=cold_l2, budget_ms=budget_ms,
-            rel_spread=rel_spread, seed=seed, device=device, out=out, json_rows=json_rows,
+            rel_spread=rel_spread, seed=seed, device=device, out=out, json_rows=json_rows, profile=profile,
         )
         run_kernel(args, console, command=["attnbench", *sys.argv[1:]])
     except AttnbenchError as exc:

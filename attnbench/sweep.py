@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable, Iterable
 
 import torch
@@ -19,6 +20,7 @@ from attnbench.backends.reference import reference_attention
 from attnbench.errors import UsageError
 from attnbench.inputs import Inputs, input_bytes, make_inputs
 from attnbench.metadata import build_metadata, measure_host_us
+from attnbench.profiling import nvtx_range, profile_to_run
 from attnbench.timing import Runner, TimingConfig, choose_inner, estimate_call_ms, time_runners
 from attnbench.workload import SweepPoint, build_batch
 
@@ -34,6 +36,7 @@ class SweepPlan:
     modes: tuple[str, ...]
     timing: TimingConfig
     device: str
+    profile_out: Path | None = None  # --profile: the run directory (traces under profile/)
 
 
 def check_output(out: torch.Tensor, ref: torch.Tensor, dtype: str) -> dict:
@@ -137,14 +140,17 @@ class PointRunner:
             try:
                 runner = Runner(prep.fn, mode, self.device, inner=choose_inner(prep.est_ms, cfg))
                 prep.out.fill_(float("nan"))  # poison: a row passes only if every element was written
-                runner()
+                with nvtx_range(f"check {backend.name} {strategy} {mode}"):
+                    runner()
                 checked.append(({**row, **check_output(prep.out, reference, self.point.dtype)}, runner))
             except Exception as exc:
                 yield self._error(row, mode, exc)
         if not checked:
             return
         try:
-            timings = time_runners([runner for _, runner in checked], cfg)
+            # strategies are timed interleaved, so one range holds them all
+            with nvtx_range(f"time {backend.name} {mode}: {','.join(row['strategy'] for row, _ in checked)}"):
+                timings = time_runners([runner for _, runner in checked], cfg)
         except Exception as exc:
             yield from (self._error(row, mode, exc) for row, _ in checked)
             return
@@ -158,6 +164,20 @@ class PointRunner:
                 "samples_ms": " ".join(f"{s:.6g}" for s in timing.samples_ms),
                 **roofline.rates(self.point, batch, timing.median_ms, self.gpu_name),
             }
+        if self.plan.profile_out is not None:
+            for row, runner in checked:
+                self._profile(runner, row)
+
+    def _profile(self, runner: Runner, row: dict) -> None:
+        """After timing: one torch.profiler window over a few more calls of the timed runner."""
+        p = self.point
+        hit = f"-hit{round(p.prefix_ratio * 100)}" if p.kind == "prefix" else ""
+        label = f"{p.kind}-{p.num_tokens}-{p.num_heads}x{p.head_dim}{hit}-{row['backend']}-{row['strategy']}-{row['mode']}"
+        context = {k: row.get(k) for k in ("kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim",
+                                           "prefix_ratio", "backend", "strategy", "mode")}
+        context["calls_per_sample"] = runner.inner  # a profiler step is one sample: inner calls or one replay
+        with nvtx_range(f"profile {label}"):
+            profile_to_run(runner, self.plan.profile_out, label, context)
 
     def _skip(self, common: dict, mode: str, reason: str) -> dict:
         return {**common, "mode": mode, "verdict": "skipped", "reason": reason}
@@ -173,8 +193,9 @@ def run_sweep(plan: SweepPlan, gpu_name: str | None, on_row: Callable[[dict], No
               on_point_done: Callable[[SweepPoint], None] = lambda p: None) -> None:
     for point in plan.points:
         try:
-            for row in PointRunner(plan, point, gpu_name).rows():
-                on_row(row)
+            with nvtx_range(f"point {point.kind} N={point.num_tokens} {point.num_heads}x{point.head_dim}"):
+                for row in PointRunner(plan, point, gpu_name).rows():
+                    on_row(row)
         except Exception as exc:  # inputs or reference failed: record it, keep going
             on_row({**point_fields(point), "device": plan.device, "gpu": gpu_name or "cpu",
                     "backend": ",".join(plan.backends), "strategy": "", "mode": "",
