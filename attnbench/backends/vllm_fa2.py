@@ -38,9 +38,14 @@ def _version(dist: str) -> str:
         return "unknown"
 
 
+@functools.lru_cache(maxsize=None)
+def _schema_names(op) -> frozenset[str]:
+    return frozenset(a.name for a in op.default._schema.arguments)
+
+
 def _schema_kwargs(op, **kwargs) -> dict:
     """Keep only the arguments this build's op schema has (num_splits came and went)."""
-    names = {a.name for a in op.default._schema.arguments}
+    names = _schema_names(op)
     return {k: v for k, v in kwargs.items() if k in names}
 
 
