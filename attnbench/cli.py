@@ -6,8 +6,6 @@ non-zero exit, so a user never sees a traceback for bad input.
 
 from __future__ import annotations
 
-import itertools
-import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -16,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from attnbench.errors import AttnbenchError, UsageError
+from attnbench.errors import AttnbenchError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Benchmark LLM attention kernels: one paged varlen call (unified) vs kvcache + varlen (split).")
@@ -25,31 +23,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 def fail(console: Console, message: str, code: int = 1) -> None:
     console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
-
-
-def parse_list(text: str, flag: str, cast=int) -> list:
-    try:
-        values = [cast(part.strip()) for part in str(text).split(",") if part.strip()]
-    except ValueError:
-        raise UsageError(f"{flag}: expected a comma-separated list of {cast.__name__}s, got {text!r}") from None
-    if not values:
-        raise UsageError(f"{flag}: empty list")
-    return values
-
-
-def parse_shapes(shapes: str | None, heads: str | None, dim: str | None) -> list[tuple[int, int]]:
-    """(heads, head dim) pairs: --shapes 12x64,32x128, or the product of --heads and --dim."""
-    if shapes:
-        pairs = []
-        for part in shapes.split(","):
-            m = re.fullmatch(r"\s*(\d+)x(\d+)\s*", part)
-            if not m:
-                raise UsageError(f"--shapes: expected HEADSxDIM pairs such as 12x64,32x128, got {part!r}")
-            pairs.append((int(m.group(1)), int(m.group(2))))
-        return pairs
-    if heads is None or dim is None:
-        raise UsageError("--heads and --dim: both are needed (or --shapes 32x128,...), e.g. --heads 32 --dim 128")
-    return list(itertools.product(parse_list(heads, "--heads"), parse_list(dim, "--dim")))
 
 
 @app.command()
@@ -85,19 +58,13 @@ def kernel(
 
     Example: attnbench kernel --heads 32 --dim 128
     """
+    values = dict(locals())  # every flag, by parameter name
     console = Console(stderr=json_rows)
     try:
-        from attnbench.kernel_cmd import KernelArgs, run_kernel
+        from attnbench.flags import kernel_args
+        from attnbench.kernel_cmd import run_kernel
 
-        args = KernelArgs(
-            shapes=parse_shapes(shapes, heads, dim), kv_heads=kv_heads, tokens=parse_list(tokens, "--tokens") if tokens else None,
-            kinds=parse_list(kind, "--kind", str), strategies=parse_list(strategy, "--strategy", str),
-            backends=parse_list(backend, "--backend", str) if backend else None,
-            modes=parse_list(mode, "--mode", str) if mode else None, dtype=dtype, block_size=block_size,
-            context=context, decode_share=decode_share, prefix_ratios=parse_list(prefix_ratio, "--prefix-ratio", float),
-            spec_k=spec_k, prefill_len=prefill_len, causal=causal, cold_l2=cold_l2, budget_ms=budget_ms,
-            rel_spread=rel_spread, seed=seed, device=device, out=out, json_rows=json_rows, profile=profile,
-        )
+        args = kernel_args(values)
         run_kernel(args, console, command=["attnbench", *sys.argv[1:]])
     except AttnbenchError as exc:
         fail(console, str(exc))

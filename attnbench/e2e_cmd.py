@@ -23,15 +23,29 @@ from rich.console import Console
 
 from attnbench import report
 from attnbench.attention_ops import PagedAttention
-from attnbench.console import default_out_dir, progress
 from attnbench.backends import STRATEGIES, get_backend
+from attnbench.console import default_out_dir, progress
 from attnbench.e2e_report import FAILING, compare_runs, finish, run_metrics, worst
-from attnbench.engine import GRAPH_NOTE, Engine, KVCache, estimate_bytes, graph_buckets, make_prompts
+from attnbench.engine import (
+    GRAPH_NOTE,
+    Engine,
+    KVCache,
+    estimate_bytes,
+    graph_buckets,
+    make_prompts,
+)
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.inputs import torch_dtype
 from attnbench.kernel_cmd import resolve_backends, resolve_device
-from attnbench.model import (PRESETS, ModelArgs, Transformer, fused, load_hf_checkpoint, random_model,
-                             read_hf_config)
+from attnbench.model import (
+    PRESETS,
+    ModelArgs,
+    Transformer,
+    fused,
+    load_hf_checkpoint,
+    random_model,
+    read_hf_config,
+)
 from attnbench.workload import DTYPE_ALIASES, SweepPoint
 
 SEED_INPUT_LENS, SEED_OUTPUT_LENS, SEED_BATCH_SIZES = "32,512", "128,32", "1,2,4,8,16,32"
@@ -315,7 +329,8 @@ def e2e(
     attnbench e2e --model qwen-14b --input-len 512 --output-len 32 --chunk-size 256;
     attnbench e2e --model ./checkpoints/my-llama --eager
     """
-    from attnbench.cli import fail, parse_list
+    from attnbench.cli import fail
+    from attnbench.flags import parse_list
 
     console = Console()
     try:

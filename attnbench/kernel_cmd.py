@@ -21,7 +21,6 @@ from attnbench.sweep import SweepPlan, check_memory, run_sweep
 from attnbench.timing import MODES, TimingConfig
 from attnbench.workload import KINDS, SweepPoint
 
-
 # The seed's token counts on a GPU. The CPU reference runs a tenth of them on short contexts: a
 # decode batch of 1000 x 1024 tokens at 32 x 128 is 17 GB of KV cache, minutes of CPU time.
 GPU_DEFAULTS = {"tokens": [100, 500, 1000], "context": "1024"}

@@ -27,7 +27,12 @@ from typing import Callable, Iterator
 
 import torch
 from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+from torch.profiler import (
+    ProfilerActivity,
+    profile,
+    schedule,
+    tensorboard_trace_handler,
+)
 
 ATTENTION_KERNEL = re.compile(r"flash|fmha|attn|attention", re.IGNORECASE)
 BREAKDOWN_COLUMNS = ["source", "rank", "kernel", "calls", "calls_per_step", "total_us", "mean_us", "share",

@@ -35,7 +35,8 @@ def compare(
     Example: attnbench compare results/main results/pr --threshold 5% --markdown compare.md
     """
     from attnbench import compare as cmp
-    from attnbench.cli import fail, parse_list
+    from attnbench.cli import fail
+    from attnbench.flags import parse_list
 
     console = Console()
     try:

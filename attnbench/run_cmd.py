@@ -18,7 +18,8 @@ import typer
 from rich.console import Console
 
 from attnbench.errors import AttnbenchError
-from attnbench.scenario import Scenario, command_callback, context_dir, kernel_args, load_scenario
+from attnbench.flags import kernel_args
+from attnbench.scenario import Scenario, command_callback, context_dir, load_scenario
 
 
 def run(
@@ -67,7 +68,13 @@ def preflight(sc: Scenario) -> Plan:
     """Every sweep of the scenario, checked against this machine (memory included) before any runs."""
     import torch
 
-    from attnbench.kernel_cmd import CPU_DEFAULTS, GPU_DEFAULTS, build_points, resolve_device, resolve_modes
+    from attnbench.kernel_cmd import (
+        CPU_DEFAULTS,
+        GPU_DEFAULTS,
+        build_points,
+        resolve_device,
+        resolve_modes,
+    )
     from attnbench.sweep import check_memory
 
     device = resolve_device(sc.values["device"])

@@ -29,15 +29,11 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from attnbench.errors import AttnbenchError, UsageError
+from attnbench.errors import UsageError
+from attnbench.flags import kernel_args
 
 COMMANDS = ("kernel", "e2e")
 SWEPT = "context"  # the kernel key that may hold a list: one sweep per value
-# kernel flags parsed into a list-valued KernelArgs field, as cli.kernel parses them:
-# flag -> (field, element type, None when empty)
-LIST_FLAGS = {"tokens": ("tokens", int, True), "kind": ("kinds", str, False), "strategy": ("strategies", str, False),
-              "backend": ("backends", str, True), "mode": ("modes", str, True),
-              "prefix_ratio": ("prefix_ratios", float, False)}
 TYPE_NAMES = {"boolean": "true or false", "integer": "an integer", "float": "a number", "path": "a path string",
               "text": "a string, a number or a list of them"}
 
@@ -198,28 +194,6 @@ def load_scenario(path: Path, overrides: list[str] | None = None) -> Scenario:
         for context in contexts:
             check_kernel_values({**values, "context": context})
     return Scenario(path, command, values, contexts, text, given)
-
-
-def kernel_args(values: dict):
-    """KernelArgs from the kernel command's parameters, parsed as cli.kernel parses its flags."""
-    from attnbench.cli import parse_list, parse_shapes
-    from attnbench.kernel_cmd import KernelArgs
-
-    fields = {f.name for f in dataclasses.fields(KernelArgs)}
-    args = {"shapes": parse_shapes(values["shapes"], values["heads"], values["dim"])}
-    for param, value in values.items():
-        if param in ("shapes", "heads", "dim"):
-            continue
-        if param in LIST_FLAGS:
-            field, cast, optional = LIST_FLAGS[param]
-            empty = value is None or value == ""
-            args[field] = None if empty and optional else parse_list(value, "--" + param.replace("_", "-"), cast)
-        elif param in fields:
-            args[param] = value
-        else:
-            raise AttnbenchError(f"the kernel flag {param!r} has no KernelArgs field: "
-                                 "attnbench.scenario.kernel_args needs to learn it")
-    return KernelArgs(**args)
 
 
 def check_kernel_values(values: dict) -> None:

@@ -21,7 +21,13 @@ from attnbench.errors import UsageError
 from attnbench.inputs import Inputs, input_bytes, make_inputs
 from attnbench.metadata import build_metadata, measure_host_us
 from attnbench.profiling import nvtx_range, profile_to_run
-from attnbench.timing import Runner, TimingConfig, choose_inner, estimate_call_ms, time_runners
+from attnbench.timing import (
+    Runner,
+    TimingConfig,
+    choose_inner,
+    estimate_call_ms,
+    time_runners,
+)
 from attnbench.workload import SweepPoint, build_batch
 
 # relative L2 error allowed against the float32 reference (FA2 measured ~2e-3 in bf16)

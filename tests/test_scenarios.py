@@ -14,7 +14,7 @@ from typing import Annotated
 import pytest
 import typer
 
-from attnbench import kernel_cmd, report, scenario
+from attnbench import flags, kernel_cmd, report, scenario
 from attnbench.cli import app
 from attnbench.errors import UsageError
 
@@ -35,7 +35,7 @@ def write(tmp_path, text: str) -> Path:
 def args_of(sc: scenario.Scenario, context_index: int = 0):
     """The KernelArgs of one sweep; no context in the file means the GPU default."""
     context = sc.contexts[context_index] or kernel_cmd.GPU_DEFAULTS["context"]
-    return scenario.kernel_args({**sc.values, "context": context})
+    return flags.kernel_args({**sc.values, "context": context})
 
 
 def test_every_shipped_scenario_is_named_by_the_issue():
