@@ -11,7 +11,6 @@ soon as they exist; parquet, summary.md and plots are written from them at the e
 from __future__ import annotations
 
 import sys
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Optional
@@ -34,7 +33,7 @@ from attnbench.engine import (
     graph_buckets,
     make_prompts,
 )
-from attnbench.errors import AttnbenchError, UsageError
+from attnbench.errors import AttnbenchError, UsageError, error_reason
 from attnbench.inputs import torch_dtype
 from attnbench.kernel_cmd import resolve_backends, resolve_device
 from attnbench.model import (
@@ -164,12 +163,6 @@ def graph_plan(backend: str, device: torch.device, eager: bool, max_num_seqs: in
     return True, GRAPH_NOTE.format(buckets=",".join(map(str, graph_buckets(max_num_seqs))))
 
 
-def _error_reason(exc: Exception) -> str:
-    last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-    where = f" ({last.filename.rsplit('/', 1)[-1]}:{last.lineno})" if last else ""
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}{where}"[:300]
-
-
 def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
     from attnbench.env import collect
 
@@ -271,7 +264,7 @@ def run_point(runner: Runner, args: E2EArgs, plans: dict, fields: dict,
                     checks[(backend, strategy, "eager")] = runner.engine(backend, strategy, False).generate(
                         prompts, output_len, record_logits=True)
             except Exception as exc:  # one failed row must not lose the others
-                row.update(verdict="error", reason=_error_reason(exc))
+                row.update(verdict="error", reason=error_reason(exc))
             rows.append({**row, "fused_ops": fused.status})
         pairs = [("unified", mode, s, mode) for s in args.strategies if s != "unified" and "unified" in args.strategies]
         pairs += [(s, "eager", s, "graph") for s in args.strategies if graphs]

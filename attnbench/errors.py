@@ -1,5 +1,7 @@
 """One domain exception, so that only the CLI decides how an error looks to a user."""
 
+import traceback
+
 
 class AttnbenchError(Exception):
     """A problem the user can fix: bad input, a missing library, a run that cannot fit."""
@@ -11,3 +13,11 @@ class UsageError(AttnbenchError):
 
 class UnsupportedError(AttnbenchError):
     """A backend cannot run a sweep point; the message says why."""
+
+
+def error_reason(exc: BaseException, limit: int = 300) -> str:
+    """One line for a result row: the exception, its first message line, and where it was raised."""
+    last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" ({last.filename.rsplit('/', 1)[-1]}:{last.lineno})" if last else ""
+    message = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {message}{where}"[:limit]

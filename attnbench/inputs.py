@@ -16,12 +16,15 @@ from attnbench.workload import Batch, SweepPoint, build_batch
 
 @dataclass
 class Inputs:
+    """What a backend's `prepare` reads. A kernel sweep fills every field; the e2e engine passes
+    its live q and cache with `batch` and `block_table` None (its metadata carries the tables)."""
+
     point: SweepPoint
-    batch: Batch
+    batch: Batch | None
     q: torch.Tensor  # [num_tokens, num_heads, head_dim]
     k_cache: torch.Tensor  # [num_blocks, block_size, num_kv_heads, head_dim]
     v_cache: torch.Tensor
-    block_table: torch.Tensor  # int32 on the host; strategies slice and copy it
+    block_table: torch.Tensor | None  # int32 on the host; strategies slice and copy it
 
     @property
     def device(self) -> torch.device:

@@ -7,7 +7,6 @@ failure in one row becomes an error row while the sweep goes on.
 
 from __future__ import annotations
 
-import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable
@@ -17,7 +16,7 @@ import torch
 from attnbench import roofline
 from attnbench.backends import get_backend
 from attnbench.backends.reference import reference_attention
-from attnbench.errors import UsageError
+from attnbench.errors import UsageError, error_reason
 from attnbench.inputs import Inputs, input_bytes, make_inputs
 from attnbench.metadata import build_metadata, measure_host_us
 from attnbench.profiling import nvtx_range, profile_to_run
@@ -189,10 +188,7 @@ class PointRunner:
         return {**common, "mode": mode, "verdict": "skipped", "reason": reason}
 
     def _error(self, common: dict, mode: str, exc: Exception) -> dict:
-        last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-        where = f" ({last.filename.rsplit('/', 1)[-1]}:{last.lineno})" if last else ""
-        message = str(exc).splitlines()[0] if str(exc) else ""
-        return {**common, "mode": mode, "verdict": "error", "reason": f"{type(exc).__name__}: {message}{where}"[:300]}
+        return {**common, "mode": mode, "verdict": "error", "reason": error_reason(exc)}
 
 
 def run_sweep(plan: SweepPlan, gpu_name: str | None, on_row: Callable[[dict], None],
@@ -205,7 +201,7 @@ def run_sweep(plan: SweepPlan, gpu_name: str | None, on_row: Callable[[dict], No
         except Exception as exc:  # inputs or reference failed: record it, keep going
             on_row({**point_fields(point), "device": plan.device, "gpu": gpu_name or "cpu",
                     "backend": ",".join(plan.backends), "strategy": "", "mode": "",
-                    "verdict": "error", "reason": f"{type(exc).__name__}: {str(exc)[:250]}"})
+                    "verdict": "error", "reason": error_reason(exc)})
         finally:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
