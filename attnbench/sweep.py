@@ -23,8 +23,8 @@ from attnbench.profiling import nvtx_range, profile_to_run
 from attnbench.timing import (
     Runner,
     TimingConfig,
-    choose_inner,
     estimate_call_ms,
+    make_runner,
     time_runners,
 )
 from attnbench.workload import SweepPoint, build_batch
@@ -143,7 +143,7 @@ class PointRunner:
                 yield self._skip(row, mode, f"{backend.name} cannot be captured in a CUDA graph")
                 continue
             try:
-                runner = Runner(prep.fn, mode, self.device, inner=choose_inner(prep.est_ms, cfg))
+                runner = make_runner(prep.fn, mode, self.device, cfg, prep.est_ms)
                 prep.out.fill_(float("nan"))  # poison: a row passes only if every element was written
                 with nvtx_range(f"check {backend.name} {strategy} {mode}"):
                     runner()

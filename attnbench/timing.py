@@ -4,7 +4,9 @@ One function does all of it, as triton.testing.do_bench does, and returns sample
 - eager: the callable launched back to back, `inner` calls per CUDA-event pair, so launch
   overhead and launch gaps are included, as in a serving loop without graphs.
 - graph: `inner` calls captured in one CUDA graph, one replay per event pair (for split, both
-  launches of each call are in the graph). Only kernel time and in-graph gaps remain.
+  launches of each call are in the graph). Only kernel time and in-graph gaps remain. `inner` is
+  chosen from a graph replay's device time, so a microsecond kernel gets ~100 calls per sample
+  and the graph launch's share of each per-call time stays small and the same run to run.
 - cold L2: one call per sample, a buffer twice the L2 size zeroed before each sample outside the
   events, so every sample reads its K/V from HBM.
 On the CPU the clock is time.perf_counter and the callable runs eagerly.
@@ -144,6 +146,32 @@ def choose_inner(est_ms: float, cfg: TimingConfig) -> int:
     if cfg.cold_l2:
         return 1
     return max(1, min(100, math.ceil(cfg.sample_ms / max(est_ms, 1e-4))))
+
+
+def estimate_replay_ms(fn: Callable[[], torch.Tensor], device: torch.device, replays: int = 20) -> float:
+    """Device time of one call replayed from a CUDA graph: what a graph-mode sample is made of.
+
+    The eager estimate of a microsecond kernel is its launch overhead, many times its run time; a
+    graph's `inner` chosen from it would be small and vary from run to run, and with it the share
+    of the graph launch in each per-call time.
+    """
+    runner = Runner(fn, "graph", device, inner=1)
+    for _ in range(3):
+        runner()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        runner()
+    end.record()
+    torch.cuda.synchronize(device)
+    return start.elapsed_time(end) / replays
+
+
+def make_runner(fn: Callable[[], torch.Tensor], mode: str, device: torch.device, cfg: TimingConfig,
+                eager_est_ms: float) -> Runner:
+    """A Runner whose `inner` calls make a sample of about cfg.sample_ms of device time."""
+    est_ms = estimate_replay_ms(fn, device) if mode == "graph" else eager_est_ms
+    return Runner(fn, mode, device, inner=choose_inner(est_ms, cfg))
 
 
 def _sample_round(runner: Runner, count: int, flush: torch.Tensor | None) -> list[float]:

@@ -27,7 +27,7 @@ from attnbench.backends import get_backend
 from attnbench.inputs import make_inputs
 from attnbench.metadata import build_metadata
 from attnbench.sweep import SweepPlan, run_sweep
-from attnbench.timing import Runner, TimingConfig, choose_inner, estimate_call_ms, time_runner
+from attnbench.timing import Runner, TimingConfig, estimate_call_ms, make_runner, time_runner
 from attnbench.workload import SweepPoint
 
 SHAPES = [(12, 64), (32, 128), (64, 128)]
@@ -60,7 +60,8 @@ def build_runner(point: SweepPoint, strategy: str, mode: str, timing: TimingConf
     metadata = build_metadata(strategy, inputs.batch, inputs.block_table).to("cuda")
     out = torch.empty_like(inputs.q)
     fn = get_backend("vllm-fa2").prepare(strategy, inputs, metadata, out)
-    return Runner(fn, mode, torch.device("cuda"), inner=choose_inner(estimate_call_ms(fn, torch.device("cuda")), timing))
+    device = torch.device("cuda")
+    return make_runner(fn, mode, device, timing, estimate_call_ms(fn, device))
 
 
 def main() -> None:
