@@ -4,6 +4,7 @@ environment differences, the Markdown report, and real runs (the CPU run, result
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -229,3 +230,15 @@ def test_a_row_that_passed_in_base_and_fails_in_new_is_a_regression(tmp_path, cl
     result = cli("compare", base, new)
     assert result.exit_code == 1, result.output
     assert "correctness regression" in result.output and "N=100" in result.output and "N=500" in result.output
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "results" / "examples"
+
+
+@pytest.mark.skipif(not (EXAMPLES / "h200-fa2-gqa-graph-repeat").exists(), reason="the H200 example runs are absent")
+def test_real_h200_repeat_is_the_same_and_eager_against_graph_is_slower(cli):
+    graph, repeat, eager = (EXAMPLES / name for name in
+                            ("h200-fa2-gqa-graph", "h200-fa2-gqa-graph-repeat", "h200-fa2-gqa-eager"))
+    assert cli("compare", graph, repeat).exit_code == 0
+    result = cli("compare", graph, eager, "--ignore", "mode")
+    assert result.exit_code == 1 and "prefill N=100 unified" in result.output
