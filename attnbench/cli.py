@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from attnbench.console import make_console
 from attnbench.errors import AttnbenchError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -59,7 +60,7 @@ def kernel(
     Example: attnbench kernel --heads 32 --dim 128
     """
     values = dict(locals())  # every flag, by parameter name
-    console = Console(stderr=json_rows)
+    console = make_console(json_rows)
     try:
         from attnbench.flags import kernel_args
         from attnbench.kernel_cmd import run_kernel
@@ -78,7 +79,7 @@ def backends() -> None:
     """
     from attnbench.backends import REGISTRY
 
-    console = Console()
+    console = make_console()
     table = Table("backend", "status", "library", "what it runs")
     for name, b in REGISTRY.items():
         reason = b.unavailable_reason()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -17,6 +18,12 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A rich console; when the output is a pipe or a file (CI logs), wide enough for the tables."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 160)
 
 
 def _slug(name: str) -> str:

@@ -23,7 +23,7 @@ from rich.console import Console
 from attnbench import report
 from attnbench.attention_ops import PagedAttention
 from attnbench.backends import STRATEGIES, get_backend
-from attnbench.console import default_out_dir, progress
+from attnbench.console import default_out_dir, make_console, progress
 from attnbench.e2e_report import FAILING, compare_runs, finish, run_metrics, worst
 from attnbench.engine import (
     GRAPH_NOTE,
@@ -325,7 +325,7 @@ def e2e(
     from attnbench.cli import fail
     from attnbench.flags import parse_list
 
-    console = Console()
+    console = make_console()
     try:
         args = E2EArgs(
             model=model, input_lens=parse_list(input_len, "--input-len"), output_lens=parse_list(output_len, "--output-len"),

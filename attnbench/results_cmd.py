@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from attnbench.console import make_console
 from attnbench.errors import AttnbenchError, UsageError
 
 VERDICT_STYLE = {"slower": "bold red", "faster": "green", "same": "dim", "noisy": "yellow"}
@@ -38,7 +39,7 @@ def compare(
     from attnbench.cli import fail
     from attnbench.flags import parse_list
 
-    console = Console()
+    console = make_console()
     try:
         key = cmp.match_columns(parse_list(ignore, "--ignore", str) if ignore else None)
         result = cmp.compare_runs(cmp.load(base, "BASE"), cmp.load(new, "NEW"), cmp.parse_threshold(threshold), key)
@@ -95,7 +96,7 @@ def export(
     from attnbench.compare import load
     from attnbench.export import FORMATS
 
-    console = Console(stderr=True)
+    console = make_console(True)
     try:
         if fmt not in FORMATS:
             raise UsageError(f"--format: unknown format {fmt!r}; choose {', '.join(FORMATS)}")
@@ -124,7 +125,7 @@ def plot(
     from attnbench.compare import load
     from attnbench.export import plot_results
 
-    console = Console()
+    console = make_console()
     try:
         labels = run_labels(results, label)
         runs = [(name, load(path, "RESULTS")) for name, path in zip(labels, results)]

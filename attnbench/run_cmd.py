@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from attnbench.console import make_console
 from attnbench.errors import AttnbenchError
 from attnbench.flags import kernel_args
 from attnbench.scenario import Scenario, command_callback, context_dir, load_scenario
@@ -36,10 +37,10 @@ def run(
     """
     from attnbench.cli import fail
 
-    console = Console(stderr=True)
+    console = make_console(True)
     try:
         sc = load_scenario(scenario, list(ctx.args))
-        console = Console(stderr=bool(sc.values.get("json_rows")))
+        console = make_console(bool(sc.values.get("json_rows")))
         plan = preflight(sc) if sc.command == "kernel" else None
         if check:
             print_plan(console, sc, plan)
