@@ -62,7 +62,7 @@ def fakes(monkeypatch):
     monkeypatch.setattr(vllm_fa2, "find_library", lambda: (FAKE_FA2, None))
     module = types.SimpleNamespace(flash_attn_varlen_func=fake_fa3_varlen)
     monkeypatch.setattr(vllm_fa3, "find_module", lambda: (module, None))
-    monkeypatch.setattr(vllm_fa3, "fa3_fwd_op", lambda: fake_fa3_fwd)
+    monkeypatch.setattr(torch.ops, "_vllm_fa3_C", types.SimpleNamespace(fwd=fake_fa3_fwd), raising=False)
     monkeypatch.setattr(vllm_fa3, "batched_fwd_kwargs", named_kwargs)
 
 

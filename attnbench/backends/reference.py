@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from attnbench.backends.base import strategy_kernel
 from attnbench.inputs import Inputs
-from attnbench.metadata import KVCacheMetadata, VarlenMetadata
+from attnbench.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
 
 
 def gather_kv(cache: torch.Tensor, block_row: list[int], kv_len: int) -> torch.Tensor:
@@ -75,18 +74,24 @@ class ReferenceBackend:
         return None
 
     def prepare(self, strategy: str, inputs: Inputs, metadata, out: torch.Tensor):
-        kc, vc = inputs.k_cache, inputs.v_cache
         causal, scale = inputs.point.causal, inputs.softmax_scale
+        parts: list[tuple[int, list[int], list[int], torch.Tensor]] = []
+        if isinstance(metadata, VarlenMetadata):
+            parts.append((0, *_lens(metadata), metadata.block_table))
+        else:
+            assert isinstance(metadata, SplitMetadata)
+            dec: KVCacheMetadata | None = metadata.decode
+            if dec is not None:
+                parts.append((0, [dec.query_len] * dec.num_seqs, dec.cache_seqlens.tolist(), dec.block_table))
+            if metadata.prefill is not None:
+                parts.append((metadata.prefill.token_offset, *_lens(metadata.prefill), metadata.prefill.block_table))
 
-        def varlen(q_part, out_part, md: VarlenMetadata):
-            q_lens, kv_lens = _lens(md)
-            return lambda: out_part.copy_(
-                reference_attention(q_part, kc, vc, q_lens, kv_lens, md.block_table, causal, scale))
+        def run() -> torch.Tensor:
+            for offset, q_lens, kv_lens, table in parts:
+                n = sum(q_lens)
+                out[offset:offset + n] = reference_attention(
+                    inputs.q[offset:offset + n], inputs.k_cache, inputs.v_cache,
+                    q_lens, kv_lens, table, causal, scale)
+            return out
 
-        def kvcache(q4, out4, md: KVCacheMetadata):
-            q_lens, kv_lens = [md.query_len] * md.num_seqs, md.cache_seqlens.tolist()
-            flat = q4.reshape(-1, q4.shape[2], q4.shape[3])
-            return lambda: out4.view_as(flat).copy_(
-                reference_attention(flat, kc, vc, q_lens, kv_lens, md.block_table, causal, scale))
-
-        return strategy_kernel(inputs.q, out, metadata, varlen, kvcache)
+        return run

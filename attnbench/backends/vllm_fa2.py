@@ -12,15 +12,13 @@ from __future__ import annotations
 import functools
 import importlib
 from dataclasses import dataclass
-from functools import partial
 from importlib import metadata as importlib_metadata
 from typing import Any, Callable
 
 import torch
 
-from attnbench.backends.base import strategy_kernel
 from attnbench.inputs import Inputs
-from attnbench.metadata import VarlenMetadata
+from attnbench.metadata import SplitMetadata, VarlenMetadata
 
 HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
 
@@ -140,10 +138,28 @@ class VllmFA2Backend:
         lib, reason = find_library()
         if lib is None:
             raise RuntimeError(reason)
-        kc, vc = inputs.k_cache, inputs.v_cache
+        q, kc, vc = inputs.q, inputs.k_cache, inputs.v_cache
         causal, scale = inputs.point.causal, inputs.softmax_scale
-        return strategy_kernel(
-            inputs.q, out, metadata,
-            varlen=lambda q, o, md: partial(lib.varlen, q, kc, vc, o, md, causal, scale),
-            kvcache=lambda q4, o4, md: partial(lib.kvcache, q4, kc, vc, o4, md.cache_seqlens, md.block_table,
-                                            causal, scale))
+        if isinstance(metadata, VarlenMetadata):
+            def unified() -> torch.Tensor:
+                lib.varlen(q, kc, vc, out, metadata, causal, scale)
+                return out
+            return unified
+
+        assert isinstance(metadata, SplitMetadata)
+        dec, pre = metadata.decode, metadata.prefill
+        calls = []
+        if dec is not None:
+            n_tok = dec.num_seqs * dec.query_len
+            shape4 = (dec.num_seqs, dec.query_len, q.shape[1], q.shape[2])
+            q4, out4 = q[:n_tok].view(shape4), out[:n_tok].view(shape4)
+            calls.append(lambda: lib.kvcache(q4, kc, vc, out4, dec.cache_seqlens, dec.block_table, causal, scale))
+        if pre is not None:
+            q_pre, out_pre = q[pre.token_offset:], out[pre.token_offset:]
+            calls.append(lambda: lib.varlen(q_pre, kc, vc, out_pre, pre, causal, scale))
+
+        def split() -> torch.Tensor:
+            for call in calls:
+                call()
+            return out
+        return split

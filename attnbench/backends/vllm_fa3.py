@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import functools
 import importlib
-from functools import partial
 from importlib import metadata as importlib_metadata
 
 import torch
 
-from attnbench.backends.base import strategy_kernel
 from attnbench.inputs import Inputs
-from attnbench.metadata import KVCacheMetadata, VarlenMetadata
+from attnbench.metadata import VarlenMetadata
 
 HEAD_DIMS = (64, 96, 128, 192, 256)
 
@@ -39,10 +37,6 @@ def find_module():
     return module, None
 
 
-def fa3_fwd_op():
-    return torch.ops._vllm_fa3_C.fwd
-
-
 def batched_fwd_kwargs(q4, k_cache, v_cache, out4, cache_seqlens, block_table, max_seqlen_q, max_seqlen_k,
                        scale, causal) -> dict:
     """Arguments of `_vllm_fa3_C.fwd` for a batched 4-D q over a paged cache, filled by schema name.
@@ -59,7 +53,7 @@ def batched_fwd_kwargs(q4, k_cache, v_cache, out4, cache_seqlens, block_table, m
         "sm_margin": 0, "cp_world_size": 1, "cp_rank": 0,
     }
     kwargs = {}
-    for arg in fa3_fwd_op().default._schema.arguments:
+    for arg in torch.ops._vllm_fa3_C.fwd.default._schema.arguments:
         if arg.name in known:
             kwargs[arg.name] = known[arg.name]
         elif arg.has_default_value():
@@ -68,7 +62,7 @@ def batched_fwd_kwargs(q4, k_cache, v_cache, out4, cache_seqlens, block_table, m
             kwargs[arg.name] = None
         else:
             raise RuntimeError(f"_vllm_fa3_C.fwd wants {arg.name!r}, unknown to attnbench: "
-                               f"{fa3_fwd_op().default._schema}")
+                               f"{torch.ops._vllm_fa3_C.fwd.default._schema}")
     return kwargs
 
 
@@ -102,19 +96,37 @@ class VllmFA3Backend:
         module, reason = find_module()
         if module is None:
             raise RuntimeError(reason)
-        kc, vc = inputs.k_cache, inputs.v_cache
+        q, kc, vc = inputs.q, inputs.k_cache, inputs.v_cache
         causal, scale = inputs.point.causal, inputs.softmax_scale
 
-        def varlen(q_part, out_part, md: VarlenMetadata):
-            return partial(module.flash_attn_varlen_func, q_part, kc, vc, max_seqlen_q=md.max_seqlen_q,
-                        cu_seqlens_q=md.cu_seqlens_q, max_seqlen_k=md.max_seqlen_k, seqused_k=md.seqused_k,
-                        softmax_scale=scale, causal=causal, block_table=md.block_table, out=out_part,
-                        fa_version=3)
+        def varlen(q_part, out_part, md: VarlenMetadata) -> None:
+            module.flash_attn_varlen_func(
+                q_part, kc, vc, max_seqlen_q=md.max_seqlen_q, cu_seqlens_q=md.cu_seqlens_q,
+                max_seqlen_k=md.max_seqlen_k, seqused_k=md.seqused_k, softmax_scale=scale, causal=causal,
+                block_table=md.block_table, out=out_part, fa_version=3)
 
-        def kvcache(q4, out4, md: KVCacheMetadata):
+        if isinstance(metadata, VarlenMetadata):
+            def unified() -> torch.Tensor:
+                varlen(q, out, metadata)
+                return out
+            return unified
+
+        dec, pre = metadata.decode, metadata.prefill
+        calls = []
+        if dec is not None:
+            n_tok = dec.num_seqs * dec.query_len
+            shape4 = (dec.num_seqs, dec.query_len, q.shape[1], q.shape[2])
+            q4, out4 = q[:n_tok].view(shape4), out[:n_tok].view(shape4)
             # vLLM's Python wrapper needs cu_seqlens_q, so the batched (kvcache) form calls the op
-            kwargs = batched_fwd_kwargs(q4, kc, vc, out4, md.cache_seqlens, md.block_table,
-                                        md.query_len, int(md.cache_seqlens.max()), scale, causal)
-            return partial(fa3_fwd_op(), **kwargs)
+            kwargs = batched_fwd_kwargs(q4, kc, vc, out4, dec.cache_seqlens, dec.block_table,
+                                        dec.query_len, int(dec.cache_seqlens.max()), scale, causal)
+            calls.append(lambda: torch.ops._vllm_fa3_C.fwd(**kwargs))
+        if pre is not None:
+            q_pre, out_pre = q[pre.token_offset:], out[pre.token_offset:]
+            calls.append(lambda: varlen(q_pre, out_pre, pre))
 
-        return strategy_kernel(inputs.q, out, metadata, varlen, kvcache)
+        def split() -> torch.Tensor:
+            for call in calls:
+                call()
+            return out
+        return split
