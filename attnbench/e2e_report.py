@@ -22,7 +22,7 @@ import torch
 from rich.console import Console
 
 from attnbench.errors import AttnbenchError
-from attnbench.report import load_results, write_parquet
+from attnbench.report import load_results, md_lines, write_parquet
 
 TOLERANCE = 0.5  # x the reference's logit spread (RMS about each position's mean)
 FAILING = ("MISMATCH", "non-finite")
@@ -128,9 +128,8 @@ def markdown(df: pd.DataFrame, floats: str = "{:.4f}") -> str:
         return "_no rows_\n"
     cell = lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else (  # noqa: E731
         floats.format(v) if isinstance(v, float) else str(v))
-    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines) + "\n"
+    rows = ([cell(v) for v in row] for row in df.itertuples(index=False))
+    return "\n".join(md_lines(df.columns, rows)) + "\n"
 
 
 STEP_COLUMNS = ["backend", "strategy", "mode", *POINT, "prefill_step_p50_ms", "mixed_step_p50_ms",

@@ -34,6 +34,8 @@ from torch.profiler import (
     tensorboard_trace_handler,
 )
 
+from attnbench.report import md_lines
+
 ATTENTION_KERNEL = re.compile(r"flash|fmha|attn|attention", re.IGNORECASE)
 BREAKDOWN_COLUMNS = ["source", "rank", "kernel", "calls", "calls_per_step", "total_us", "mean_us", "share",
                      "attention", "steps", "chrome_trace"]
@@ -233,8 +235,7 @@ def overview(df) -> list[dict]:
 
 
 def _md(header: list[str], rows: list[list]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
-            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows), ""]
+    return [*md_lines(header, rows), ""]
 
 
 def overview_markdown(lines: list[dict]) -> list[str]:

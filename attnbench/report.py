@@ -108,6 +108,12 @@ def format_ms(value) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
 
 
+def md_lines(header, rows) -> list[str]:
+    """A Markdown table: the header row, the rule, one line per row (cells already formatted)."""
+    return ["| " + " | ".join(str(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|",
+            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
+
+
 def markdown_table(table: pd.DataFrame) -> str:
     if table.empty:
         return "_no measured rows_\n"
@@ -115,10 +121,7 @@ def markdown_table(table: pd.DataFrame) -> str:
     for col in ("unified ms", "split ms"):
         shown[col] = shown[col].map(format_ms)
     shown["split / unified"] = shown["split / unified"].map(lambda r: "" if pd.isna(r) else f"{r:.3f}")
-    header = "| " + " | ".join(shown.columns) + " |"
-    rule = "|" + "|".join("---" for _ in shown.columns) + "|"
-    lines = ["| " + " | ".join(str(v) for v in row) + " |" for row in shown.itertuples(index=False)]
-    return "\n".join([header, rule, *lines]) + "\n"
+    return "\n".join(md_lines(shown.columns, shown.itertuples(index=False))) + "\n"
 
 
 def write_summary(df: pd.DataFrame, out_dir: Path, env: dict) -> Path:
@@ -133,13 +136,10 @@ def write_summary(df: pd.DataFrame, out_dir: Path, env: dict) -> Path:
     ]
     problems = df[~df["verdict"].isin(["pass"])]
     if not problems.empty:
+        columns = ["kind", "num_tokens", "num_heads", "head_dim", "backend", "strategy", "mode", "verdict", "reason"]
         lines += ["## Rows that did not pass\n",
-                  "| kind | tokens | heads | dim | backend | strategy | mode | verdict | reason |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for r in problems.itertuples(index=False):
-            lines.append(f"| {r.kind} | {r.num_tokens} | {r.num_heads} | {r.head_dim} | {r.backend} | "
-                         f"{r.strategy} | {r.mode} | {r.verdict} | {r.reason} |")
-        lines.append("")
+                  *md_lines(["kind", "tokens", "heads", "dim", *columns[4:]],
+                            problems[columns].itertuples(index=False)), ""]
     rules = df["lengths_rule"].dropna().drop_duplicates()
     if not rules.empty:
         lines += ["## How lengths were drawn\n", *[f"- {rule}" for rule in rules], ""]

@@ -27,7 +27,7 @@ from attnbench.timing import (
     make_runner,
     time_runners,
 )
-from attnbench.workload import SweepPoint, build_batch
+from attnbench.workload import Batch, SweepPoint, build_batch
 
 # relative L2 error allowed against the float32 reference (FA2 measured ~2e-3 in bf16)
 TOLERANCE = {"bfloat16": 1e-2, "float16": 5e-3}
@@ -58,8 +58,8 @@ def check_output(out: torch.Tensor, ref: torch.Tensor, dtype: str) -> dict:
             "verdict": "pass" if ok else "fail", "reason": reason}
 
 
-def point_fields(p: SweepPoint) -> dict:
-    batch = build_batch(p)
+def point_fields(p: SweepPoint, batch: Batch | None = None) -> dict:
+    batch = batch or build_batch(p)
     return {**p.key(), "batch_tokens": batch.num_tokens, "num_seqs": batch.num_seqs, "num_decode_seqs": batch.num_decode_seqs,
             "max_kv_len": max(batch.kv_lens), "total_kv_tokens": sum(batch.kv_lens),
             "lengths_rule": batch.rule}
@@ -97,7 +97,8 @@ class PointRunner:
     def __init__(self, plan: SweepPlan, point: SweepPoint, gpu_name: str | None):
         self.plan, self.point, self.gpu_name = plan, point, gpu_name
         self.device = torch.device(plan.device)
-        self.base = {**point_fields(point), "device": self.device.type, "gpu": gpu_name or "cpu"}
+        self.batch = build_batch(point)
+        self.base = {**point_fields(point, self.batch), "device": self.device.type, "gpu": gpu_name or "cpu"}
 
     def rows(self) -> Iterable[dict]:
         inputs = make_inputs(self.point, self.device)
@@ -159,7 +160,6 @@ class PointRunner:
         except Exception as exc:
             yield from (self._error(row, mode, exc) for row, _ in checked)
             return
-        batch = build_batch(self.point)
         for (row, _), timing in zip(checked, timings):
             yield {
                 **row,
@@ -167,7 +167,7 @@ class PointRunner:
                 "samples": timing.n, "calls_per_sample": timing.calls_per_sample,
                 "converged": timing.converged,
                 "samples_ms": " ".join(f"{s:.6g}" for s in timing.samples_ms),
-                **roofline.rates(self.point, batch, timing.median_ms, self.gpu_name),
+                **roofline.rates(self.point, self.batch, timing.median_ms, self.gpu_name),
             }
         if self.plan.profile_out is not None:
             for row, runner in checked:
