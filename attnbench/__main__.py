@@ -1,5 +1,5 @@
 """`python -m attnbench` is the same program as the `attnbench` console script."""
 
-from attnbench.cli import main
+from attnbench.cli.main import main
 
 main()

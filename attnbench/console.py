@@ -38,7 +38,7 @@ def default_out_dir(device_name: str, command: str) -> Path:
 
 def print_seed_table(console: Console, df) -> None:
     """The seed-shaped table; columns that hold one value for the whole run go to the title."""
-    from attnbench.report import format_ms, seed_table
+    from attnbench.results.files import format_ms, seed_table
 
     table = seed_table(df)
     if table.empty:

@@ -24,10 +24,11 @@ from pathlib import Path
 
 import torch
 
-from attnbench.e2e_cmd import Runner
-from attnbench.e2e_report import run_metrics
-from attnbench.engine import make_prompts
-from attnbench.model import ModelArgs, fused, hf_state_dict, random_model
+from attnbench.e2e.runner import ModelEngines
+from attnbench.e2e.report import run_metrics
+from attnbench.e2e.scheduler import make_prompts
+from attnbench.e2e.checkpoint import hf_state_dict
+from attnbench.e2e.model import ModelArgs, fused, random_model
 
 
 def copy_bandwidth_gbs(device: torch.device, gib: float = 2.0, reps: int = 20) -> float:
@@ -44,7 +45,7 @@ def copy_bandwidth_gbs(device: torch.device, gib: float = 2.0, reps: int = 20) -
     return 2 * src.numel() * reps / (start.elapsed_time(end) / 1e3) / 1e9
 
 
-def attnbench_run(runner: Runner, strategy: str, prompt: list[int], output_len: int, warmup: int, iters: int) -> dict:
+def attnbench_run(runner: ModelEngines, strategy: str, prompt: list[int], output_len: int, warmup: int, iters: int) -> dict:
     engine = runner.engine("vllm-fa2", strategy, graphs=True)
     check = engine.generate([prompt], output_len, record_logits=True)
     for _ in range(warmup):
@@ -151,7 +152,7 @@ def main() -> None:
     save("floor", copy_gbs=bandwidth, weight_gb=weight_bytes / 1e9, floor_ms=weight_bytes / (bandwidth * 1e9) * 1e3)
 
     model = random_model(margs, torch.bfloat16, device, seed=0)
-    runner = Runner(model, max_num_seqs=1, max_model_len=args.input_len + args.output_len)
+    runner = ModelEngines(model, max_num_seqs=1, max_model_len=args.input_len + args.output_len)
     prompt = make_prompts(1, args.input_len, margs.vocab_size, seed=0)[0]
     ours = {}
     for strategy in ("unified", "split"):

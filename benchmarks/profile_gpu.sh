@@ -52,7 +52,7 @@ limit=$(left 250)  # keep 250 s for e2e
 step kernel "$limit" python3 -m attnbench kernel --heads 32 --kv-heads 8 --dim 128 --tokens 100,1000 \
   --kind decode,mixed --backend vllm-fa2 --mode both --profile --out "$RUN/kernel"
 
-if python3 -c "import attnbench.e2e_cmd" 2>/dev/null; then
+if python3 -c "import attnbench.e2e.runner" 2>/dev/null; then
   step e2e "$(left 15)" python3 -m attnbench e2e --model llama-7b --backend vllm-fa2 --input-len 512 \
     --output-len 32 --batch-size 8 --warmup 2 --iters 5 --profile --out "$RUN/e2e"
 else

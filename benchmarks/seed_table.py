@@ -22,13 +22,13 @@ from pathlib import Path
 
 import torch
 
-from attnbench import report
-from attnbench.backends import get_backend
-from attnbench.inputs import make_inputs
-from attnbench.metadata import build_metadata
-from attnbench.sweep import SweepPlan, run_sweep
-from attnbench.timing import Runner, TimingConfig, estimate_call_ms, make_runner, time_runner
-from attnbench.workload import SweepPoint
+from attnbench.results import files as report
+from attnbench.kernels.backends.registry import get_backend
+from attnbench.kernels.inputs import make_inputs
+from attnbench.kernels.metadata import build_metadata
+from attnbench.kernels.sweep import SweepPlan, run_sweep
+from attnbench.kernels.timing import TimedKernel, TimingConfig, estimate_call_ms, make_timed_kernel, time_kernel
+from attnbench.kernels.workload import SweepPoint
 
 SHAPES = [(12, 64), (32, 128), (64, 128)]
 TOKENS = [100, 500, 1000]
@@ -39,7 +39,7 @@ def seed_points(context: str) -> list[SweepPoint]:
             for h, d in SHAPES for n in TOKENS]
 
 
-def timed_under_profiler(runner: Runner, samples: int = 30) -> tuple[float, float]:
+def timed_under_profiler(runner: TimedKernel, samples: int = 30) -> tuple[float, float]:
     """(median of event-timed samples, profiler kernel time per call) over the same replays."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -49,7 +49,7 @@ def timed_under_profiler(runner: Runner, samples: int = 30) -> tuple[float, floa
     cfg = TimingConfig(mode=runner.mode, warmup_ms=0.0, min_samples=samples, max_samples=samples,
                        rel_spread=0.0, budget_ms=1e9)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        timing = time_runner(runner, cfg)  # one untimed warm-up call, then `samples` event-timed ones
+        timing = time_kernel(runner, cfg)  # one untimed warm-up call, then `samples` event-timed ones
     calls = (samples + 1) * runner.inner
     kernel_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
     return timing.median_ms, kernel_us / 1e3 / calls
@@ -59,9 +59,13 @@ def build_runner(point: SweepPoint, strategy: str, mode: str, timing: TimingConf
     inputs = make_inputs(point, "cuda")
     metadata = build_metadata(strategy, inputs.batch, inputs.block_table).to("cuda")
     out = torch.empty_like(inputs.q)
-    fn = get_backend("vllm-fa2").prepare(strategy, inputs, metadata, out)
+    plan = get_backend("vllm-fa2").plan(strategy, point, metadata)
+
+    def fn() -> torch.Tensor:
+        return plan.run(inputs.q, inputs.k_cache, inputs.v_cache, out)
+
     device = torch.device("cuda")
-    return make_runner(fn, mode, device, timing, estimate_call_ms(fn, device))
+    return make_timed_kernel(fn, mode, device, timing, estimate_call_ms(fn, device))
 
 
 def main() -> None:
@@ -122,7 +126,7 @@ def main() -> None:
     point = SweepPoint(kind="decode", num_tokens=1000, num_heads=12, head_dim=64, context=args.context)
     runners = {m: build_runner(point, "unified", m, timing) for m in ("eager", "graph")}
     for mode in ("eager", "graph", "eager", "graph"):
-        print(f"  {mode}: {time_runner(runners[mode], TimingConfig(mode=mode)).median_ms:.4f} ms")
+        print(f"  {mode}: {time_kernel(runners[mode], TimingConfig(mode=mode)).median_ms:.4f} ms")
 
 
 if __name__ == "__main__":

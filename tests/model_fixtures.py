@@ -15,7 +15,7 @@ import torch
 from conftest import naive_attention
 from safetensors.torch import save_file
 
-from attnbench.model import Transformer
+from attnbench.e2e.model import Transformer
 
 
 def dense_attention(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

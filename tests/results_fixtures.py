@@ -22,7 +22,7 @@ CPU_RUN = ["kernel", "--heads", "4", "--kv-heads", "2", "--dim", "32", "--tokens
 
 
 def invoke(*args):
-    from attnbench.cli import app
+    from attnbench.cli.main import app
 
     return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
 

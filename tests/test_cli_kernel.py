@@ -14,13 +14,14 @@ from conftest import PNG_MAGIC
 from typer.testing import CliRunner
 
 import attnbench
-from attnbench import sweep
-from attnbench.backends.reference import ReferenceBackend
-from attnbench.backends.vllm_fa2 import VllmFA2Backend
-from attnbench.cli import app
-from attnbench.sweep import SweepPlan, run_sweep
-from attnbench.timing import TimingConfig
-from attnbench.workload import KINDS, SweepPoint
+from attnbench.kernels import sweep
+from attnbench.kernels.backends.base import Plan
+from attnbench.kernels.backends.reference import ReferenceBackend
+from attnbench.kernels.backends.vllm_fa2 import VllmFA2Backend
+from attnbench.cli.main import app
+from attnbench.kernels.sweep import SweepPlan, run_sweep
+from attnbench.kernels.timing import TimingConfig
+from attnbench.kernels.workload import KINDS, SweepPoint
 
 # tiny and quick: two token counts on short contexts, a few ms of sampling per row; the CPU path
 # even on a machine with a GPU (the GPU path is tests/test_gpu_kernels.py)
@@ -217,20 +218,27 @@ def test_a_backend_that_cannot_run_a_strategy_gets_skip_rows_with_the_reason(mon
         ("split", "skipped", "no split here"), ("unified", "pass", "")]
 
 
-def test_a_kernel_that_raises_becomes_an_error_row(monkeypatch):
-    real = ReferenceBackend.prepare
+@pytest.mark.parametrize("where", ["plan", "run"])
+def test_a_kernel_that_raises_becomes_an_error_row(monkeypatch, where):
+    real = ReferenceBackend.plan
 
-    def prepare(self, strategy, inputs, metadata, out):
-        if strategy == "split":
-            raise RuntimeError("kernel exploded")
-        return real(self, strategy, inputs, metadata, out)
+    def exploding(*args):
+        raise RuntimeError(f"kernel exploded in {where}")
 
-    monkeypatch.setattr(ReferenceBackend, "prepare", prepare)
+    def plan_or_explode(self, strategy, point, metadata):
+        if strategy != "split":
+            return real(self, strategy, point, metadata)
+        if where == "plan":
+            exploding()
+        return Plan(self.name, strategy, (exploding,))
+
+    monkeypatch.setattr(ReferenceBackend, "plan", plan_or_explode)
     rows: list[dict] = []
     run_sweep(plan(POINTS[:1]), None, rows.append)
     verdicts = {r["strategy"]: (r["verdict"], r["reason"]) for r in rows}
     assert verdicts["unified"] == ("pass", "")
-    assert verdicts["split"][0] == "error" and verdicts["split"][1].startswith("RuntimeError: kernel exploded")
+    assert verdicts["split"][0] == "error"
+    assert verdicts["split"][1].startswith(f"RuntimeError: kernel exploded in {where}")
 
 
 def test_a_named_backend_that_can_run_no_point_is_refused_naming_the_flag(monkeypatch, tmp_path):

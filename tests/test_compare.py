@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnbench import compare, report
+from attnbench.results import compare
+from attnbench.results import files as report
 
 pytest_plugins = ["results_fixtures"]
 
@@ -196,7 +197,7 @@ def slowed(results_dir, tmp_path, factor: float):
                         for s in df["samples_ms"]]
     out = tmp_path / "slowed"
     out.mkdir()
-    (out / "results.csv").write_text(df[report.COLUMNS].to_csv(index=False))
+    (out / "results.csv").write_text(df.reindex(columns=report.COLUMNS).to_csv(index=False))
     (out / "env.json").write_text(json.dumps(compare.load_env(results_dir)))
     return out
 

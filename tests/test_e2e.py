@@ -13,19 +13,20 @@ from conftest import PNG_MAGIC
 from model_fixtures import oracle_logits, write_checkpoint
 from typer.testing import CliRunner
 
-from attnbench.backends import get_backend
-from attnbench.cli import app
-from attnbench.e2e_cmd import Runner
-from attnbench.e2e_report import compare_runs
-from attnbench.engine import Engine, KVCache, Sequence, graph_buckets, make_prompts, schedule
-from attnbench.model import ModelArgs, random_model
+from attnbench.kernels.backends.registry import get_backend
+from attnbench.cli.main import app
+from attnbench.e2e.runner import ModelEngines
+from attnbench.e2e.report import compare_runs
+from attnbench.e2e.engine import Engine, graph_buckets
+from attnbench.e2e.scheduler import KVCache, Sequence, make_prompts, schedule
+from attnbench.e2e.model import ModelArgs, random_model
 
 TINY = ModelArgs.from_name("tiny")
 QUICK = ["--model", "tiny", "--warmup", "1", "--iters", "2", "--device", "cpu"]
 
 
 def make_engine(model, strategy: str, backend: str = "reference", chunk_size=None, graphs=False) -> Engine:
-    return Runner(model, max_num_seqs=4, max_model_len=64, chunk_size=chunk_size).engine(backend, strategy, graphs)
+    return ModelEngines(model, max_num_seqs=4, max_model_len=64, chunk_size=chunk_size).engine(backend, strategy, graphs)
 
 
 # --- host side ---------------------------------------------------------------------------------
@@ -198,23 +199,27 @@ def test_llama_7b_on_cpu_says_how_much_it_needs():
 
 # --- GPU --------------------------------------------------------------------------------------
 
-_FA2_UNAVAILABLE = get_backend("vllm-fa2").unavailable_reason()  # "needs a CUDA GPU" without one
+GPU_BACKENDS = [  # every graph-safe kernel backend, each skipped with its reason where it cannot run
+    pytest.param(name, id=name, marks=pytest.mark.skipif(
+        get_backend(name).unavailable_reason() is not None,
+        reason=f"{name} unavailable: {get_backend(name).unavailable_reason()}"))
+    for name in ("vllm-fa2", "vllm-fa3")]
 
 
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
 class TestGPU:
-    """vllm-fa2 under CUDA graphs; tiny's head dim 64 is in the device pack's FA2 JIT cache."""
+    """Each kernel backend under CUDA graphs; tiny's head dim 64 is in the device pack's FA2 JIT cache."""
 
-    pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-                  pytest.mark.skipif(_FA2_UNAVAILABLE is not None, reason=f"vllm-fa2 unavailable: {_FA2_UNAVAILABLE}")]
+    pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
     @pytest.mark.parametrize("chunk_size", [None, 16], ids=["whole-prefill", "chunked"])
-    def test_unified_split_graph_eager_and_the_oracle_agree(self, chunk_size):
+    def test_unified_split_graph_eager_and_the_oracle_agree(self, backend, chunk_size):
         model = random_model(TINY, torch.bfloat16, "cuda", seed=7)
         prompts = make_prompts(3, 40, TINY.vocab_size, seed=7)  # 3 rows replay the 4-row bucket: one padding row
         runs = {}
         for strategy in ("unified", "split"):
             for graphs in (True, False):
-                engine = make_engine(model, strategy, "vllm-fa2", chunk_size=chunk_size, graphs=graphs)
+                engine = make_engine(model, strategy, backend, chunk_size=chunk_size, graphs=graphs)
                 runs[(strategy, graphs)] = engine.generate(prompts, 24, record_logits=True)
                 again = engine.generate(prompts, 24)
                 assert again.tokens == runs[(strategy, graphs)].tokens, "a replay is not repeatable"
@@ -226,22 +231,22 @@ class TestGPU:
             assert result.verdict in ("match", "near-tie"), (key, result)
             assert result.max_logit_diff < 0.1 * result.logit_scale, (key, result)
 
-    def test_agreement_catches_a_graph_that_reads_stale_metadata(self, monkeypatch):
+    def test_agreement_catches_a_graph_that_reads_stale_metadata(self, backend, monkeypatch):
         """The seed's bug class, garbage only under CUDA graphs: KV lengths never copied into the
         graph's buffers (they keep capture's zeros). The graph-vs-eager check must say MISMATCH."""
         model = random_model(TINY, torch.bfloat16, "cuda", seed=8)
         prompts = make_prompts(2, 20, TINY.vocab_size, seed=8)
-        eager = make_engine(model, "unified", "vllm-fa2").generate(prompts, 8, record_logits=True)
-        broken = make_engine(model, "unified", "vllm-fa2", graphs=True)
+        eager = make_engine(model, "unified", backend).generate(prompts, 8, record_logits=True)
+        broken = make_engine(model, "unified", backend, graphs=True)
         monkeypatch.setattr(broken, "_kv_buffers", lambda md: (torch.zeros_like(Engine._kv_buffers(md)[0]),
                                                                 Engine._kv_buffers(md)[1]))
         run = broken.generate(prompts, 8, record_logits=True)
         assert compare_runs(eager.tokens, eager.logits, run.tokens, run.logits).verdict == "MISMATCH"
 
-    def test_cli_runs_with_graphs(self, tmp_path):
+    def test_cli_runs_with_graphs(self, backend, tmp_path):
         out = tmp_path / "run"
         result = invoke("--model", "tiny", "--warmup", "1", "--iters", "2", "--input-len", "24", "--output-len", "8",
-                        "--batch-size", "1,3", "--chunk-size", "16", "--backend", "vllm-fa2", "--out", str(out))
+                        "--batch-size", "1,3", "--chunk-size", "16", "--backend", backend, "--out", str(out))
         assert result.exit_code == 0, result.output
         df = pd.read_csv(out / "results.csv")
         assert (df["mode"] == "graph").all() and (df["graph_steps_per_run"] > 0).all()

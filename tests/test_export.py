@@ -8,8 +8,8 @@ import json
 import pandas as pd
 import pytest
 
-from attnbench import report
-from attnbench.export import benchmark_name, by_setting, gab_entries
+from attnbench.results import files as report
+from attnbench.results.export import benchmark_name, by_setting, gab_entries
 
 pytest_plugins = ["results_fixtures"]
 
@@ -95,7 +95,7 @@ def test_markdown_is_the_seed_table_cell_by_cell(results_dir, cli):
 def test_markdown_gives_each_swept_setting_its_own_table(cpu_run, cli, tmp_path):
     df = report.load_results(cpu_run)
     two = pd.concat([df, df.assign(context=64)], ignore_index=True)
-    (tmp_path / "results.csv").write_text(two[report.COLUMNS].to_csv(index=False))
+    (tmp_path / "results.csv").write_text(two.reindex(columns=report.COLUMNS).to_csv(index=False))
     text = cli("export", tmp_path, "--format", "md").stdout
     assert "#### ctx=32" in text and "#### ctx=64" in text
     tables = parse_markdown_tables(text)

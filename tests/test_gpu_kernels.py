@@ -12,14 +12,15 @@ import pytest
 import torch
 from conftest import rel_l2
 
-from attnbench.backends.reference import reference_attention
-from attnbench.backends.vllm_fa2 import VllmFA2Backend
-from attnbench.backends.vllm_fa3 import VllmFA3Backend
-from attnbench.inputs import Inputs, make_inputs
-from attnbench.metadata import build_metadata
-from attnbench.sweep import TOLERANCE, PointRunner, SweepPlan
-from attnbench.timing import Runner, TimingConfig
-from attnbench.workload import KINDS, SweepPoint
+from attnbench.kernels.backends.reference import reference_attention
+from attnbench.kernels.backends.vllm_fa2 import VllmFA2Backend
+from attnbench.kernels.backends.vllm_fa3 import VllmFA3Backend
+from attnbench.kernels.inputs import Inputs, make_inputs
+from attnbench.kernels.metadata import build_metadata
+from attnbench.kernels.check import REL_L2_TOLERANCE as TOLERANCE
+from attnbench.kernels.sweep import PointRunner, SweepPlan
+from attnbench.kernels.timing import TimedKernel, TimingConfig
+from attnbench.kernels.workload import KINDS, SweepPoint
 
 FA2 = VllmFA2Backend()
 _UNAVAILABLE = FA2.unavailable_reason()  # says "needs a CUDA GPU" without importing anything
@@ -52,14 +53,15 @@ def reference(inputs: Inputs) -> torch.Tensor:
     batch = inputs.batch
     return reference_attention(inputs.q, inputs.k_cache, inputs.v_cache, list(batch.query_lens),
                                list(batch.kv_lens), inputs.block_table.to(inputs.device),
-                               inputs.point.causal, inputs.softmax_scale)
+                               inputs.point.causal, inputs.point.softmax_scale)
 
 
 def prepare(strategy: str, inputs: Inputs, backend=FA2):
-    """The backend's callable for a strategy, writing into a NaN-poisoned output."""
+    """The backend's planned strategy as a callable, writing into a NaN-poisoned output."""
     metadata = build_metadata(strategy, inputs.batch, inputs.block_table).to(inputs.device)
     out = torch.full_like(inputs.q, float("nan"))
-    return backend.prepare(strategy, inputs, metadata, out), out
+    plan = backend.plan(strategy, inputs.point, metadata)
+    return (lambda: plan.run(inputs.q, inputs.k_cache, inputs.v_cache, out)), out
 
 
 def assert_matches(out: torch.Tensor, ref: torch.Tensor, dtype: str) -> None:
@@ -99,7 +101,7 @@ def test_graph_replay_agrees_with_eager(backend, kind, strategy):
     torch.cuda.synchronize()
     eager = out.clone()
 
-    runner = Runner(fn, "graph", torch.device("cuda"))
+    runner = TimedKernel(fn, "graph", torch.device("cuda"))
     out.fill_(float("nan"))
     runner()
     torch.cuda.synchronize()
@@ -120,16 +122,17 @@ def test_point_runner_measures_every_row_and_records_the_library():
     assert all(r["verdict"] == "pass" for r in fa2.values()), [r.get("reason") for r in fa2.values()]
     assert all(r["library"] != "none" and r["median_ms"] > 0 and r["device"] == "cuda" for r in fa2.values())
     assert [fa2[(s, "eager")]["kernel_launches"] for s in ("unified", "split")] == [1, 2]  # mixed: two launches
+    assert all(r["host_plan_us"] > 0 and r["host_metadata_us"] > 0 for r in fa2.values())
     ref_graph = [r for r in rows if r["backend"] == "reference" and r["mode"] == "graph"]
     assert {r["verdict"] for r in ref_graph} == {"skipped"}  # it cannot be captured; said, not hidden
 
 
 def test_graph_samples_hold_enough_calls_to_hide_the_graph_launch():
     """inner comes from a replay's device time, not the (launch-bound) eager host estimate."""
-    from attnbench.timing import estimate_call_ms, make_runner
+    from attnbench.kernels.timing import estimate_call_ms, make_timed_kernel
 
     inputs = make_inputs(point("prefill", 100), "cuda")
     fn, _ = prepare("unified", inputs)
     device = torch.device("cuda")
-    runner = make_runner(fn, "graph", device, TimingConfig(), estimate_call_ms(fn, device))
+    runner = make_timed_kernel(fn, "graph", device, TimingConfig(), estimate_call_ms(fn, device))
     assert runner.inner >= 20  # a ~6 µs kernel: ~100 calls make a 0.5 ms sample

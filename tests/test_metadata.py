@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnbench.metadata import (
+from attnbench.kernels.metadata import (
     KVCacheMetadata,
     VarlenMetadata,
     build_block_table,
@@ -21,7 +21,7 @@ from attnbench.metadata import (
     num_cache_blocks,
     split_batch,
 )
-from attnbench.workload import Batch, SweepPoint, build_batch
+from attnbench.kernels.workload import Batch, SweepPoint, build_batch
 
 # decode 3 x 1 token, then two prefill sequences of 5 and 7 tokens
 MIXED = Batch(query_lens=(1, 1, 1, 5, 7), kv_lens=(17, 33, 1, 5, 40), is_decode=(True, True, True, False, False))

@@ -13,8 +13,8 @@ from model_fixtures import hf_tensors, oracle_logits, write_checkpoint
 from safetensors.torch import save_file
 
 from attnbench.errors import UsageError
-from attnbench.model import (PRESETS, ModelArgs, apply_rope, hf_state_dict, load_hf_checkpoint, random_model,
-                             read_hf_config, rope_inv_freq)
+from attnbench.e2e.checkpoint import hf_state_dict, load_hf_checkpoint, read_hf_config
+from attnbench.e2e.model import PRESETS, ModelArgs, apply_rope, random_model, rope_inv_freq
 
 TINY = ModelArgs.from_name("tiny")
 

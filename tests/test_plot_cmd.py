@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from attnbench import export, report
+from attnbench.results import export
+from attnbench.results import files as report
 
 pytest_plugins = ["results_fixtures"]
 
@@ -48,7 +49,7 @@ def test_labels_default_to_directory_names_and_settings_split_lines(cpu_run, tmp
     other.mkdir()
     df = report.load_results(cpu_run)
     two = pd.concat([df, df.assign(context=64)], ignore_index=True)
-    (other / "results.csv").write_text(two[report.COLUMNS].to_csv(index=False))
+    (other / "results.csv").write_text(two.reindex(columns=report.COLUMNS).to_csv(index=False))
     seen = []
     monkeypatch.setattr(export, "plot_runs", lambda runs, out: seen.extend(label for label, _ in runs) or [out])
     assert cli("plot", cpu_run, other, "--out", tmp_path / "plots").exit_code == 0

@@ -19,11 +19,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnbench import profiling
-from attnbench.backends import get_backend
-from attnbench.cli import app
-from attnbench.profiling import BREAKDOWN_COLUMNS, nvtx_range, profile_callable, profile_to_run, write_report
-from attnbench.workload import KINDS
+from attnbench.results import profiling
+from attnbench.kernels.backends.registry import get_backend
+from attnbench.cli.main import app
+from attnbench.results.profiling import BREAKDOWN_COLUMNS, nvtx_range, profile_callable, profile_to_run, write_report
+from attnbench.kernels.workload import KINDS
 
 TINY = ["--heads", "4", "--kv-heads", "2", "--dim", "32", "--tokens", "8", "--context", "32", "--budget-ms", "5"]
 KERNEL_CONTEXT = ["kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim", "prefix_ratio", "backend",

@@ -6,11 +6,12 @@ import pytest
 import torch
 from conftest import naive_attention, page_kv, rel_l2
 
-from attnbench.backends.reference import ReferenceBackend, reference_attention
-from attnbench.inputs import make_inputs
-from attnbench.metadata import build_metadata
-from attnbench.sweep import TOLERANCE, check_output
-from attnbench.workload import KINDS, SweepPoint
+from attnbench.kernels.backends.reference import ReferenceBackend, reference_attention
+from attnbench.kernels.inputs import make_inputs
+from attnbench.kernels.metadata import build_metadata
+from attnbench.kernels.check import REL_L2_TOLERANCE as TOLERANCE
+from attnbench.kernels.check import check_output
+from attnbench.kernels.workload import KINDS, SweepPoint
 
 # (heads, kv heads, dim, block size, causal, query lens, kv lens)
 CASES = {
@@ -69,14 +70,15 @@ def test_reference_backend_strategies_match_the_oracle(kind, strategy):
     batch = inputs.batch
     out = torch.full_like(inputs.q, float("nan"))  # poison: every token must be written
 
-    ReferenceBackend().prepare(strategy, inputs, build_metadata(strategy, batch, inputs.block_table), out)()
+    plan = ReferenceBackend().plan(strategy, point, build_metadata(strategy, batch, inputs.block_table))
+    plan.run(inputs.q, inputs.k_cache, inputs.v_cache, out)
 
     expected = reference_attention(inputs.q, inputs.k_cache, inputs.v_cache, list(batch.query_lens),
-                                   list(batch.kv_lens), inputs.block_table, point.causal, inputs.softmax_scale)
+                                   list(batch.kv_lens), inputs.block_table, point.causal, point.softmax_scale)
     torch.testing.assert_close(out.float(), expected, rtol=1e-2, atol=1e-2)  # out is bf16
     keys = [_gather(inputs.k_cache, inputs.block_table[i], kv) for i, kv in enumerate(batch.kv_lens)]
     values = [_gather(inputs.v_cache, inputs.block_table[i], kv) for i, kv in enumerate(batch.kv_lens)]
-    naive = naive_attention(inputs.q, keys, values, list(batch.query_lens), point.causal, inputs.softmax_scale)
+    naive = naive_attention(inputs.q, keys, values, list(batch.query_lens), point.causal, point.softmax_scale)
     assert rel_l2(expected, naive) < 1e-5
     assert rel_l2(out, naive) < TOLERANCE["bfloat16"]
 

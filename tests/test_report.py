@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from conftest import PNG_MAGIC
 
-from attnbench import report
-from attnbench.plots import plot_runs
+from attnbench.results import files as report
+from attnbench.results.plots import plot_runs
 
 
 def row(num_tokens: int, strategy: str, median_ms: float, verdict: str = "pass", **extra) -> dict:

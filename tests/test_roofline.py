@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attnbench import roofline
-from attnbench.workload import Batch, SweepPoint
+from attnbench.kernels import roofline
+from attnbench.kernels.workload import Batch, SweepPoint
 
 POINT = SweepPoint(kind="mixed", num_tokens=4, num_heads=4, num_kv_heads=2, head_dim=16)
 # two decode tokens on 10 and 3 keys, one 2-token chunk on 5 keys

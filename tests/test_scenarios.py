@@ -3,19 +3,19 @@ the key named and nothing run; CLI flags override the file; a context list runs 
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import sys
-import types
 from pathlib import Path
 from typing import Annotated
 
 import pytest
 import typer
 
-from attnbench import flags, kernel_cmd, report, scenario
-from attnbench.cli import app
+from attnbench.cli import flags, scenario
+from attnbench.cli import run as run_cmd
+from attnbench.kernels import plan as kernel_plan
+from attnbench.results import files as report
+from attnbench.cli.main import app
 from attnbench.errors import UsageError
 
 pytest_plugins = ["results_fixtures"]
@@ -34,7 +34,7 @@ def write(tmp_path, text: str) -> Path:
 
 def args_of(sc: scenario.Scenario, context_index: int = 0):
     """The KernelArgs of one sweep; no context in the file means the GPU default."""
-    context = sc.contexts[context_index] or kernel_cmd.GPU_DEFAULTS["context"]
+    context = sc.contexts[context_index] or kernel_plan.GPU_DEFAULTS["context"]
     return flags.kernel_args({**sc.values, "context": context})
 
 
@@ -47,13 +47,13 @@ def test_every_shipped_scenario_is_named_by_the_issue():
 def test_shipped_kernel_scenarios_are_valid(path):
     sc = scenario.load_scenario(path)
     for i, context in enumerate(sc.contexts):
-        assert kernel_cmd.build_points(args_of(sc, i))
+        assert kernel_plan.plan_sweep(args_of(sc, i), machine=False).points
 
 
 def test_seed_kernel_table_is_the_seeds_nine_points():
     sc = scenario.load_scenario(SCENARIOS / "seed-kernel-table.toml")
     args = args_of(sc)
-    points = kernel_cmd.build_points(args)
+    points = kernel_plan.build_points(args)
     assert len(points) == 9 and {p.kind for p in points} == {"decode"}
     assert {(p.num_tokens, p.num_heads, p.head_dim) for p in points} == {
         (n, h, d) for n in (100, 500, 1000) for h, d in ((12, 64), (32, 128), (64, 128))}
@@ -75,10 +75,6 @@ def test_prefix_cache_sweeps_hit_ratios():
 
 def test_seed_e2e_table_is_the_seeds_grid():
     path = SCENARIOS / "seed-e2e-table.toml"
-    if importlib.util.find_spec("attnbench.e2e_cmd") is None:
-        with pytest.raises(UsageError, match="attnbench e2e"):
-            scenario.load_scenario(path)
-        pytest.skip("attnbench e2e has not landed: the file is checked against its flags once it has")
     sc = scenario.load_scenario(path)
     assert sc.given == {"model": "llama-7b", "input_len": "32,512", "output_len": "128,32",
                         "batch_size": "1,2,4,8,16,32"}
@@ -100,7 +96,7 @@ def test_seed_e2e_table_is_the_seeds_grid():
         "bad-context-in-list", "bad-strategy", "float-token", "bad-toml"])
 def test_a_bad_file_is_refused_naming_the_key_and_nothing_runs(tmp_path, monkeypatch, body, named, cli):
     ran = []
-    monkeypatch.setattr(kernel_cmd, "run_kernel", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr(run_cmd, "run_kernel", lambda *a, **k: ran.append(a))
     out = tmp_path / "out"
     result = cli("run", write(tmp_path, body), "--device", "cpu", "--mode", "eager", "--out", out)
     assert result.exit_code == 1
@@ -184,7 +180,7 @@ def test_cli_flags_override_the_file(tmp_path):
 
 
 def test_check_prints_the_sweeps_and_runs_nothing(tmp_path, monkeypatch, cli):
-    monkeypatch.setattr(kernel_cmd, "run_kernel", lambda *a, **k: pytest.fail("--check ran a sweep"))
+    monkeypatch.setattr(run_cmd, "run_kernel", lambda *a, **k: pytest.fail("--check ran a sweep"))
     result = cli("run", SCENARIOS / "decode-gqa.toml", "--check", "--device", "cpu", "--mode", "eager")
     assert result.exit_code == 0, result.output
     assert "context 1024: 4 points on cpu" in result.output and "context 32768: 4 points" in result.output
@@ -209,7 +205,7 @@ def test_a_context_list_runs_one_sweep_each_into_one_results_dir(tmp_path, monke
 
 def test_a_single_sweep_runs_through_run_kernel(tmp_path, monkeypatch, cli):
     calls = []
-    monkeypatch.setattr(kernel_cmd, "run_kernel", lambda args, console, command: calls.append(args))
+    monkeypatch.setattr(run_cmd, "run_kernel", lambda args, console, command: calls.append(args))
     assert cli("run", SCENARIOS / "seed-kernel-table.toml", *TINY, "--out", tmp_path / "o").exit_code == 0
     (args,) = calls
     assert (args.shapes, args.kinds, args.tokens, args.context, args.out) == (
@@ -229,12 +225,7 @@ def test_e2e_scenarios_call_the_e2e_command(tmp_path, monkeypatch, cli):
         received.update(model=model, input_len=input_len, output_len=output_len, batch_size=batch_size,
                         eager=eager, iters=iters)
 
-    if importlib.util.find_spec("attnbench.e2e_cmd") is None:
-        module = types.ModuleType("attnbench.e2e_cmd")
-        module.__spec__ = importlib.machinery.ModuleSpec("attnbench.e2e_cmd", None)
-        monkeypatch.setitem(sys.modules, "attnbench.e2e_cmd", module)
-    others = [c for c in app.registered_commands if (c.name or c.callback.__name__) != "e2e"]
-    monkeypatch.setattr(app, "registered_commands", [*others, typer.models.CommandInfo(callback=e2e)])
+    monkeypatch.setitem(scenario.COMMANDS, "e2e", e2e)
     result = cli("run", SCENARIOS / "seed-e2e-table.toml", "--eager", "--iters", "5")
     assert result.exit_code == 0, result.output
     assert received == {"model": "llama-7b", "input_len": "32,512", "output_len": "128,32",

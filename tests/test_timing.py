@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbench.timing import (
-    Runner,
+from attnbench.kernels.timing import (
+    TimedKernel,
     Timing,
     TimingConfig,
     choose_inner,
     relative_iqr,
-    time_runner,
-    time_runners,
+    time_kernel,
+    time_kernels,
 )
 
 CPU = torch.device("cpu")
@@ -37,7 +37,7 @@ def quick(**overrides) -> TimingConfig:
 
 
 def test_samples_and_quantiles():
-    timing = time_runner(Runner(Counter(), "eager", CPU), quick(max_samples=20, rel_spread=-1.0))
+    timing = time_kernel(TimedKernel(Counter(), "eager", CPU), quick(max_samples=20, rel_spread=-1.0))
     assert timing.n == 20
     assert all(s > 0 for s in timing.samples_ms)
     assert timing.p10_ms <= timing.median_ms <= timing.p90_ms
@@ -47,25 +47,25 @@ def test_samples_and_quantiles():
 
 def test_each_sample_runs_inner_calls_and_reports_per_call_time():
     fn = Counter()
-    timing = time_runner(Runner(fn, "eager", CPU, inner=4), quick(max_samples=5, rel_spread=-1.0))
+    timing = time_kernel(TimedKernel(fn, "eager", CPU, inner=4), quick(max_samples=5, rel_spread=-1.0))
     assert timing.calls_per_sample == 4
     assert fn.calls == 4 * (1 + timing.n)  # one warmup sample, then the timed ones
 
 
 def test_stops_at_the_budget_after_a_few_samples():
-    timing = time_runner(Runner(Counter(), "eager", CPU), quick(budget_ms=0.0, min_samples=10, rel_spread=-1.0))
+    timing = time_kernel(TimedKernel(Counter(), "eager", CPU), quick(budget_ms=0.0, min_samples=10, rel_spread=-1.0))
     assert timing.n == 3 and not timing.converged
 
 
 def test_stops_once_the_spread_is_small():
-    timing = time_runner(Runner(Counter(), "eager", CPU), quick(max_samples=500, rel_spread=1e9))
+    timing = time_kernel(TimedKernel(Counter(), "eager", CPU), quick(max_samples=500, rel_spread=1e9))
     assert timing.n == 3 and timing.converged
 
 
 def test_strategies_are_sampled_in_alternating_rounds():
     log: list[str] = []
     unified, split = Counter("unified", log), Counter("split", log)
-    timings = time_runners([Runner(unified, "eager", CPU), Runner(split, "eager", CPU)],
+    timings = time_kernels([TimedKernel(unified, "eager", CPU), TimedKernel(split, "eager", CPU)],
                            quick(max_samples=4, rel_spread=-1.0))
     assert [t.n for t in timings] == [4, 4]
     assert log == ["unified", "split"] + ["unified", "split"] * 4  # one warmup call each, then rounds
@@ -83,12 +83,12 @@ def test_relative_iqr():
 
 def test_graph_mode_needs_a_cuda_device():
     with pytest.raises(ValueError, match="CUDA"):
-        Runner(Counter(), "graph", CPU)
+        TimedKernel(Counter(), "graph", CPU)
 
 
 def test_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="unknown mode"):
-        Runner(Counter(), "jit", CPU)
+        TimedKernel(Counter(), "jit", CPU)
 
 
 def test_inner_calls_fill_a_sample():

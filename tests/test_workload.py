@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnbench.errors import UsageError
-from attnbench.workload import KINDS, ContextDist, SweepPoint, build_batch
+from attnbench.kernels.workload import KINDS, ContextDist, SweepPoint, build_batch
 
 SHAPE = {"num_heads": 4, "num_kv_heads": 2, "head_dim": 16}
 

@@ -1,0 +1,53 @@
+"""`attnbench e2e`: typed flags in, an e2e job (attnbench.e2e.runner) out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from attnbench.cli.common import command_line, user_errors
+from attnbench.cli.flags import parse_list
+from attnbench.console import make_console
+from attnbench.e2e.model import PRESETS
+from attnbench.e2e.runner import SEED_BATCH_SIZES, SEED_INPUT_LENS, SEED_OUTPUT_LENS, E2EArgs, run_e2e
+
+
+def e2e(
+    model: Annotated[str, typer.Option(help=f"A preset ({', '.join(PRESETS)}) or a local Hugging Face Llama/Qwen2 checkpoint directory (config.json + *.safetensors; never downloaded). Example: --model ./checkpoints/my-llama")] = "llama-7b",
+    input_len: Annotated[str, typer.Option(help="Prompt lengths, zipped with --output-len (one value pairs with all). Example: --input-len 32,512")] = SEED_INPUT_LENS,
+    output_len: Annotated[str, typer.Option(help="Generated tokens per request (greedy, EOS ignored). Example: --output-len 128,32")] = SEED_OUTPUT_LENS,
+    batch_size: Annotated[str, typer.Option(help="Concurrent requests per run. Example: --batch-size 1,2,4,8,16,32")] = SEED_BATCH_SIZES,
+    chunk_size: Annotated[Optional[int], typer.Option(help="Chunked prefill: token budget per step, which makes mixed prefill+decode batches (default: whole prefill). Example: --chunk-size 256")] = None,
+    strategy: Annotated[str, typer.Option(help="Attention strategies. Example: --strategy unified,split")] = "unified,split",
+    backend: Annotated[Optional[str], typer.Option(help="Attention backends (default: every available kernel backend; reference on CPU). Example: --backend vllm-fa2")] = None,
+    eager: Annotated[bool, typer.Option(help="No CUDA graphs: decode steps run eagerly too. Example: --eager")] = False,
+    dtype: Annotated[str, typer.Option(help="bf16 or fp16. Example: --dtype fp16")] = "bf16",
+    block_size: Annotated[int, typer.Option(help="KV cache block size, a multiple of 16. Example: --block-size 32")] = 16,
+    warmup: Annotated[int, typer.Option(help="Warm-up runs per row (as vllm bench latency). Example: --warmup 2")] = 10,
+    iters: Annotated[int, typer.Option(help="Measured runs per row (as vllm bench latency). Example: --iters 5")] = 30,
+    seed: Annotated[int, typer.Option(help="Seed for random weights, prompts and block order. Example: --seed 1")] = 0,
+    device: Annotated[str, typer.Option(help="auto, cuda, cuda:N or cpu. Example: --device cpu")] = "auto",
+    out: Annotated[Optional[Path], typer.Option(help="Results directory (default results/<time>-<gpu>-e2e). Example: --out runs/h200-e2e")] = None,
+    profile: Annotated[bool, typer.Option(help="After each row's measured runs, profile one more request run with torch.profiler: traces under <out>/profile, kernel breakdown and the attention kernels' share in profile_kernels.csv and profile.md. Example: --profile")] = False,
+) -> None:
+    """Request latency of a whole model, unified vs split attention: p50/p90/p99 request latency,
+    prefill/decode step times, tokens/s, and greedy-token agreement between the runs.
+
+    Default: the seed's table, llama-7b with random weights, input/output 32/128 and 512/32 x batch
+    1-32, CUDA graphs on.
+
+    Examples: attnbench e2e --model llama-7b;
+    attnbench e2e --model qwen-14b --input-len 512 --output-len 32 --chunk-size 256;
+    attnbench e2e --model ./checkpoints/my-llama --eager
+    """
+    console = make_console()
+    with user_errors(console):
+        args = E2EArgs(
+            model=model, input_lens=parse_list(input_len, "--input-len"), output_lens=parse_list(output_len, "--output-len"),
+            batch_sizes=parse_list(batch_size, "--batch-size"), chunk_size=chunk_size,
+            strategies=parse_list(strategy, "--strategy", str), backends=parse_list(backend, "--backend", str) if backend else None,
+            eager=eager, dtype=dtype, block_size=block_size, warmup=warmup, iters=iters, seed=seed, device=device, out=out,
+            profile=profile)
+        run_e2e(args, console, command=command_line())

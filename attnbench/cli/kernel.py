@@ -1,0 +1,67 @@
+"""`attnbench kernel` and `attnbench backends`: typed flags in, a kernel job out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from attnbench.cli.common import command_line, user_errors
+from attnbench.cli.flags import kernel_args
+from attnbench.console import make_console
+from attnbench.kernels.backends.registry import REGISTRY
+from attnbench.kernels.job import run_kernel
+
+
+def kernel(
+    heads: Annotated[Optional[str], typer.Option(help="Query heads, a list sweeps them. Example: --heads 32 or --heads 12,32")] = None,
+    dim: Annotated[Optional[str], typer.Option(help="Head dim, a list sweeps them. Example: --dim 128 or --dim 64,128")] = None,
+    shapes: Annotated[Optional[str], typer.Option(help="(heads x dim) pairs instead of the --heads x --dim product. Example: --shapes 12x64,32x128,64x128")] = None,
+    kv_heads: Annotated[Optional[int], typer.Option(help="KV heads (GQA); default = heads. Example: --kv-heads 8")] = None,
+    tokens: Annotated[Optional[str], typer.Option(help="Query-token counts N per batch (default 100,500,1000 on GPU; 10,50,100 on CPU). Example: --tokens 100,500,1000")] = None,
+    kind: Annotated[str, typer.Option(help="Batch kinds: decode, prefill, mixed, prefix, specdec, or all. Example: --kind decode,mixed")] = "all",
+    strategy: Annotated[str, typer.Option(help="Strategies. Example: --strategy unified,split")] = "unified,split",
+    backend: Annotated[Optional[str], typer.Option(help="Backends (default: every available kernel backend; reference on CPU). Example: --backend vllm-fa2")] = None,
+    mode: Annotated[str, typer.Option(help="Timing mode: eager, graph or both (both on GPU, eager on CPU by default). Example: --mode graph")] = "",
+    dtype: Annotated[str, typer.Option(help="bf16 or fp16. Example: --dtype fp16")] = "bf16",
+    block_size: Annotated[int, typer.Option(help="KV cache block size, a multiple of 16. Example: --block-size 32")] = 16,
+    context: Annotated[Optional[str], typer.Option(help="KV length of decode/specdec sequences and of the mixed chunk's prefix: a number or uniform:LOW:HIGH (default 1024 on GPU, 256 on CPU). Example: --context uniform:1:4096")] = None,
+    decode_share: Annotated[float, typer.Option(help="mixed: share of the N tokens that are decode tokens. Example: --decode-share 0.9")] = 0.5,
+    prefix_ratio: Annotated[str, typer.Option(help="prefix: cached share of each sequence's KV, a list sweeps it. Example: --prefix-ratio 0,0.5,0.9")] = "0.5",
+    spec_k: Annotated[int, typer.Option(help="specdec: query tokens per sequence. Example: --spec-k 4")] = 4,
+    prefill_len: Annotated[int, typer.Option(help="prefill/prefix: max query tokens per sequence. Example: --prefill-len 512")] = 512,
+    causal: Annotated[bool, typer.Option(help="Causal mask (bottom-right aligned). Example: --no-causal")] = True,
+    cold_l2: Annotated[bool, typer.Option(help="Flush L2 before every sample. Example: --cold-l2")] = False,
+    budget_ms: Annotated[Optional[float], typer.Option(help="Sampling time budget per row, ms (default 1000 on GPU, 200 on CPU). Example: --budget-ms 500")] = None,
+    rel_spread: Annotated[float, typer.Option(help="Stop sampling once IQR / median is below this. Example: --rel-spread 0.005")] = 0.01,
+    seed: Annotated[int, typer.Option(help="Seed for lengths, block tables and inputs. Example: --seed 1")] = 0,
+    device: Annotated[str, typer.Option(help="auto, cuda, cuda:N or cpu. Example: --device cpu")] = "auto",
+    out: Annotated[Optional[Path], typer.Option(help="Results directory (default results/<time>-<gpu>-kernel). Example: --out runs/h200")] = None,
+    json_rows: Annotated[bool, typer.Option("--json", help="Print each row as a JSON line on stdout. Example: --json | jq .median_ms")] = False,
+    profile: Annotated[bool, typer.Option(help="After timing each row, run torch.profiler over a few more calls: traces for TensorBoard and Perfetto under <out>/profile, kernel breakdown in profile_kernels.csv and profile.md. Example: --profile")] = False,
+) -> None:
+    """Sweep query-token counts x heads x head dims over unified and split attention, check every
+    result against a float32 reference, time it, and write tables and plots.
+
+    Example: attnbench kernel --heads 32 --dim 128
+    """
+    values = dict(locals())  # every flag, by parameter name
+    console = make_console(json_rows)
+    with user_errors(console):
+        run_kernel(kernel_args(values), console, command=command_line())
+
+
+def backends() -> None:
+    """List every backend as available (with its library and version) or unavailable with the reason.
+
+    Example: attnbench backends
+    """
+    console = make_console()
+    table = Table("backend", "status", "library", "what it runs")
+    for name, b in REGISTRY.items():
+        reason = b.unavailable_reason()
+        lib = "/".join(b.library()) if reason is None else ""
+        table.add_row(name, "[green]available[/]" if reason is None else f"[red]unavailable[/]: {reason}", lib, b.description)
+    console.print(table)

@@ -1,0 +1,134 @@
+"""`attnbench compare`, `export` and `plot`: commands over saved results, no GPU needed.
+
+Thin typed commands; the work is in compare.py (statistics, Markdown for PRs) and export.py
+(formats, plots). A CI job runs a scenario on a GPU runner once, then gates and publishes with these.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from attnbench.cli.common import fail, user_errors
+from attnbench.cli.flags import parse_list
+from attnbench.console import make_console
+from attnbench.errors import UsageError
+from attnbench.results import compare as cmp
+from attnbench.results.export import FORMATS, plot_results
+
+VERDICT_STYLE = {"slower": "bold red", "faster": "green", "same": "dim", "noisy": "yellow"}
+
+
+def compare(
+    base: Annotated[Path, typer.Argument(help="Baseline: a results directory, results.csv or results.parquet.")],
+    new: Annotated[Path, typer.Argument(help="Candidate, as BASE.")],
+    threshold: Annotated[str, typer.Option(help="Smallest change that counts. Example: --threshold 3%")] = "5%",
+    markdown: Annotated[Optional[Path], typer.Option(help="Also write a Markdown report for a PR comment. Example: --markdown compare.md")] = None,
+    ignore: Annotated[Optional[str], typer.Option(help="Key columns to leave out of the match, e.g. to compare an eager run with a graph run, or two backends. Example: --ignore mode")] = None,
+) -> None:
+    """Compare NEW with BASE row by row; exit 1 when a row got slower beyond threshold and noise,
+    or a row that passed the accuracy check in BASE fails it (or errors) in NEW.
+
+    Rows match on their configuration key. Per row: the ratio new / base of the median, an interval
+    for it from the stored samples, and a verdict: slower, faster, same or noisy.
+
+    Example: attnbench compare results/main results/pr --threshold 5% --markdown compare.md
+    """
+    console = make_console()
+    with user_errors(console):
+        key = cmp.match_columns(parse_list(ignore, "--ignore", str) if ignore else None)
+        result = cmp.compare_runs(cmp.load(base, "BASE"), cmp.load(new, "NEW"), cmp.parse_threshold(threshold), key)
+        env_diff = cmp.env_differences(cmp.load_env(base), cmp.load_env(new))
+        if markdown:
+            markdown.write_text(cmp.markdown(result, env_diff))
+    print_comparison(console, result, env_diff)
+    if markdown:
+        console.print(f"markdown: {markdown}")
+    for label in result.broken():
+        console.print(f"[bold red]correctness regression:[/] {label} passed in BASE, not in NEW")
+    if result.regressed:
+        raise typer.Exit(1)
+
+
+def print_comparison(console: Console, result, env_diff) -> None:
+    if env_diff:
+        env_table = Table("environment", "base", "new", title="environments differ")
+        for key, b, n in env_diff:
+            env_table.add_row(key, str(b), str(n))
+        console.print(env_table)
+    table = Table("row", "base ms", "new ms", "new / base", "interval", "verdict")
+    marks = {"bootstrap": "", "p10-p90": "*", "median only": "**"}
+    for r in result.rows.itertuples(index=False):
+        check = "" if r.check == "pass" else f" (new: check {r.check})"
+        table.add_row(r.label, f"{r.base_ms:.4f}", f"{r.new_ms:.4f}", f"{r.ratio:.3f}",
+                      f"{r.ci_low:.3f}-{r.ci_high:.3f}{marks[r.method]}",
+                      f"[{VERDICT_STYLE[r.verdict]}]{r.verdict}[/]{check}")
+    console.print(table)
+    used = set(result.rows["method"])
+    if used - {"bootstrap"}:
+        console.print("interval: bootstrap over the samples; * p10..p90 spread (too few samples); "
+                      "** median only (no spread stored)", highlight=False)
+    for line in result.unmatched():
+        console.print(f"[yellow]{line}[/]", soft_wrap=True, highlight=False)
+    style = "bold red" if result.regressed else "green"
+    console.print(f"[{style}]{cmp.summary_line(result)}[/]")
+
+
+def export(
+    results: Annotated[Path, typer.Argument(help="A results directory, results.csv or results.parquet.")],
+    fmt: Annotated[str, typer.Option("--format", help="gab (github-action-benchmark customSmallerIsBetter JSON), md or csv. Example: --format gab")],
+    out: Annotated[Optional[Path], typer.Option(help="Write here instead of stdout. Example: --out bench.json")] = None,
+) -> None:
+    """Write saved results as github-action-benchmark JSON, a Markdown table or CSV.
+
+    Example: attnbench export results/h200 --format gab --out bench.json
+    """
+    console = make_console(True)
+    with user_errors(console):
+        if fmt not in FORMATS:
+            raise UsageError(f"--format: unknown format {fmt!r}; choose {', '.join(FORMATS)}")
+        text = FORMATS[fmt](cmp.load(results, "RESULTS"))
+    if out:
+        out.write_text(text)
+        console.print(f"{fmt}: {out}")
+    else:
+        print(text, end="")
+
+
+def plot(
+    results: Annotated[list[Path], typer.Argument(help="One or more results directories or files, overlaid.")],
+    label: Annotated[Optional[list[str]], typer.Option(help="A label per RESULTS, in order (default: directory names). Example: --label h100 --label h200")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Where the PNGs go (default: the run's directory for one run, results/<time>-plots for several). Example: --out plots")] = None,
+) -> None:
+    """Redraw latency and split / unified plots from saved results, several runs overlaid.
+
+    Overlay two GPUs, two library versions, or a run before and after a change.
+
+    Example: attnbench plot results/h100 results/h200 --label h100 --label h200 --out plots
+    """
+    console = make_console()
+    with user_errors(console):
+        labels = run_labels(results, label)
+        runs = [(name, cmp.load(path, "RESULTS")) for name, path in zip(labels, results)]
+        if out is None:
+            single = len(results) == 1 and results[0].is_dir()
+            out = results[0] if single else Path("results") / f"{dt.datetime.now():%Y%m%d-%H%M%S}-plots"
+        written = plot_results(runs if len(runs) > 1 else [("", runs[0][1])], out)
+    if not written:
+        fail(console, "no timed rows to plot (every row was skipped or failed to run)")
+    for path in written:
+        console.print(str(path))
+
+
+def run_labels(results: list[Path], labels: list[str] | None) -> list[str]:
+    if labels:
+        if len(labels) != len(results):
+            raise UsageError(f"--label: got {len(labels)} label(s) for {len(results)} results; give one per results")
+        return labels
+    names = [(p if p.is_dir() else p.parent).resolve().name for p in results]
+    return [n if names.count(n) == 1 else f"{n}#{i + 1}" for i, n in enumerate(names)]

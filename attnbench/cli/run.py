@@ -1,0 +1,123 @@
+"""`attnbench run scenarios/NAME.toml`: a declarative sweep, run by the same code as its command.
+
+A kernel scenario becomes KernelArgs and goes through kernels.job.run_kernel, once per context
+length it lists; an e2e scenario calls the `attnbench e2e` command with the file's values. What
+ran is recorded beside the results in scenario.json: the file's text, the overrides, the values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+from typing import Annotated
+
+import pandas as pd
+import torch
+import typer
+from rich.console import Console
+
+from attnbench.cli.common import command_line, user_errors
+from attnbench.cli.flags import kernel_args
+from attnbench.cli.scenario import Scenario, command_callback, context_dir, load_scenario
+from attnbench.console import default_out_dir, make_console
+from attnbench.kernels.job import run_kernel
+from attnbench.kernels.plan import KernelArgs, plan_sweep
+from attnbench.kernels.sweep import SweepPlan
+from attnbench.results import files
+from attnbench.results.export import plot_results, to_csv, to_markdown
+
+
+def run(
+    ctx: typer.Context,
+    scenario: Annotated[Path, typer.Argument(help="A scenario file. Example: scenarios/decode-gqa.toml")],
+    check: Annotated[bool, typer.Option("--check", help="Check the file (and the device can run it) and print the values; run nothing.")] = False,
+) -> None:
+    """Run a sweep declared in a TOML scenario file; flags given here override the file.
+
+    The file's keys are the flags of its `command` (kernel or e2e), with dashes or underscores.
+    A kernel scenario may list context lengths: one sweep each, merged into one results directory.
+
+    Example: attnbench run scenarios/decode-gqa.toml --backend vllm-fa2 --out results/gqa
+    """
+    console = make_console(True)
+    with user_errors(console, prefix=f"{scenario}: "):
+        sc = load_scenario(scenario, list(ctx.args))
+        console = make_console(bool(sc.values.get("json_rows")))
+        plan = preflight(sc) if sc.command == "kernel" else None
+        if check:
+            print_plan(console, sc, plan)
+        elif plan is None:
+            command_callback("e2e")(**sc.values)
+        else:
+            run_kernel_scenario(sc, plan, console)
+
+
+@dataclasses.dataclass
+class ContextSweep:
+    """One sweep of a scenario: the args it runs with and the plan they gave on this machine."""
+
+    context: str
+    args: KernelArgs
+    plan: SweepPlan
+
+
+@dataclasses.dataclass
+class ScenarioPlan:
+    gpu: str | None
+    sweeps: list[ContextSweep]
+
+
+def preflight(sc: Scenario) -> ScenarioPlan:
+    """Every sweep of the scenario, planned on this machine (memory included) before any runs."""
+    sweeps = []
+    for context in sc.contexts:
+        args = kernel_args({**sc.values, "context": context})
+        plan = plan_sweep(args)
+        sweeps.append(ContextSweep(plan.points[0].context, args, plan))
+    device = torch.device(sweeps[0].plan.device)
+    return ScenarioPlan(torch.cuda.get_device_name(device) if device.type == "cuda" else None, sweeps)
+
+
+def run_kernel_scenario(sc: Scenario, plan: ScenarioPlan, console: Console) -> Path:
+    out = plan.sweeps[0].args.out or default_out_dir(plan.gpu or "cpu", sc.name)
+    command = command_line()
+    if len(plan.sweeps) == 1:
+        run_kernel(dataclasses.replace(plan.sweeps[0].args, out=out), console, command)
+    else:
+        parts = [out / context_dir(sweep.context) for sweep in plan.sweeps]
+        for part, sweep in zip(parts, plan.sweeps):
+            console.rule(f"{sc.name}: context {sweep.context}")
+            run_kernel(dataclasses.replace(sweep.args, out=part), console, command)
+        merge_runs(parts, out, console)
+    record(sc, out, command)
+    return out
+
+
+def merge_runs(parts: list[Path], out: Path, console: Console) -> None:
+    """One results directory from several sweeps: rows, parquet, env, summary and plots."""
+    df = pd.concat([files.load_results(p / "results.csv") for p in parts], ignore_index=True)
+    (out / "results.csv").write_text(to_csv(df))
+    files.write_parquet(df, out)
+    shutil.copyfile(parts[0] / "env.json", out / "env.json")
+    (out / "summary.md").write_text("# attnbench kernel summary\n\n" + to_markdown(df))
+    plots = plot_results([("", df)], out)
+    console.print(f"merged {len(df)} rows of {len(parts)} sweeps: {out}/results.csv, summary.md, env.json, "
+                  f"{len(plots)} plot(s)")
+
+
+def record(sc: Scenario, out: Path, command: list[str]) -> None:
+    values = {k: str(v) if isinstance(v, Path) else v for k, v in sc.values.items()}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scenario.json").write_text(json.dumps(
+        {"scenario": str(sc.path), "command": " ".join(command), "values": values, "contexts": sc.contexts,
+         "text": sc.text}, indent=2) + "\n")
+
+
+def print_plan(console: Console, sc: Scenario, plan: ScenarioPlan | None) -> None:
+    shown = {k: str(v) if isinstance(v, Path) else v for k, v in sc.given.items()}
+    console.print(f"{sc.path}: command = {sc.command!r}, " + ", ".join(f"{k} = {v!r}" for k, v in shown.items()),
+                  soft_wrap=True, highlight=False)
+    for sweep in plan.sweeps if plan else []:
+        console.print(f"context {sweep.context}: {len(sweep.plan.points)} points on {plan.gpu or 'cpu'}", highlight=False)

@@ -1,0 +1,198 @@
+"""Scenario files: a named, reviewable sweep in TOML, run by `attnbench run scenarios/NAME.toml`.
+
+The keys of a file are the flags of the command it names (`command = "kernel"` or `"e2e"`), read
+from that command's own CLI definition: a flag added to the CLI is a key at once, with nothing to
+add here. A key may be spelled with dashes or underscores. A list is accepted wherever the flag
+takes a comma-separated list. Precedence: the command's defaults < the file < flags given to
+`attnbench run` (--heads or --dim given there replace the file's `shapes`). The whole file is
+checked before anything runs; an unknown key, a wrong type or a bad value is refused with the
+key's name.
+
+One thing a file can say that one `attnbench kernel` call cannot: `context = [1024, 4096]`. Each
+value runs as its own sweep into OUT/context-VALUE/, and their rows are merged into OUT/results.csv,
+so OUT reads as one run for compare, export and plot.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+import typer
+import typer.main
+
+from attnbench.cli import e2e, kernel
+from attnbench.cli.flags import kernel_args
+from attnbench.errors import UsageError
+from attnbench.kernels.plan import plan_sweep
+
+COMMANDS = {"kernel": kernel.kernel, "e2e": e2e.e2e}  # command name -> the function behind it
+SWEPT = "context"  # the kernel key that may hold a list: one sweep per value
+TYPE_NAMES = {"boolean": "true or false", "integer": "an integer", "float": "a number", "path": "a path string",
+              "text": "a string, a number or a list of them"}
+
+
+@dataclass(frozen=True)
+class Flag:
+    key: str               # the long option with underscores: kv_heads, json
+    param: str             # the command function's parameter: kv_heads, json_rows
+    type: str              # from the annotation: text, integer, float, boolean or path
+    default: object
+    negative: str | None   # --no-causal, for on/off flags that have one
+
+
+@dataclass
+class Scenario:
+    path: Path
+    command: str
+    values: dict           # parameter -> value for every flag of the command, defaults filled in
+    contexts: list         # kernel: one sweep per entry ([None]: the device default)
+    text: str
+    given: dict            # key -> value set by the file or an override
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+
+def command_callback(command: str):
+    """The function behind `attnbench COMMAND`."""
+    return COMMANDS[command]
+
+
+def _type_of(hint) -> str:
+    if typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    return {bool: "boolean", int: "integer", float: "float", str: "text"}.get(
+        hint, "path" if isinstance(hint, type) and issubclass(hint, PurePath) else "text")
+
+
+def command_flags(command: str) -> dict[str, Flag]:
+    """The flags of `attnbench COMMAND`: names and defaults from its click options, types from its
+    function's annotations."""
+    callback = command_callback(command)
+    hints = typing.get_type_hints(callback, include_extras=True)
+    single = typer.Typer()
+    single.command()(callback)
+    click_command = typer.main.get_command(single)  # one command: the click command itself
+    flags = {}
+    for p in click_command.params:
+        if p.param_type_name != "option" or p.name not in hints:
+            continue
+        key = p.opts[0].lstrip("-").replace("-", "_")
+        flags[key] = Flag(key, p.name, _type_of(hints[p.name]), p.default, (p.secondary_opts or [None])[0])
+    return flags
+
+
+def _type_name(value) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "a table"}.get(type(value), type(value).__name__)
+
+
+def check_value(flag: Flag, value, command: str):
+    """A TOML value of the right type for the flag, as the command's function takes it."""
+    ok = {"boolean": isinstance(value, bool),
+          "integer": isinstance(value, int) and not isinstance(value, bool),
+          "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+          "path": isinstance(value, str)}.get(flag.type)
+    if flag.type == "text":
+        items = value if isinstance(value, list) else [value]
+        ok = bool(items) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in items)
+        if ok and isinstance(value, list) and command == "kernel" and flag.key == SWEPT:
+            return [str(v) for v in value]
+        value = ",".join(str(v) for v in items) if ok else value
+    if not ok:
+        raise UsageError(f"{flag.key}: expected {TYPE_NAMES.get(flag.type, flag.type)}, got {_type_name(value)} "
+                         f"{value!r}")
+    if flag.type == "path":
+        return Path(value)
+    return float(value) if flag.type == "float" else value
+
+
+def parse_overrides(argv: list[str], flags: dict[str, Flag]) -> dict:
+    """`--tokens 8,16 --no-causal --kv-heads=2` -> {"tokens": "8,16", "causal": False, "kv_heads": 2}."""
+    negatives = {f.negative: f for f in flags.values() if f.negative}
+    out, i = {}, 0
+    while i < len(argv):
+        token = argv[i]
+        name, _, inline = token.partition("=")
+        if name in negatives:
+            out[negatives[name].key] = False
+            i += 1
+            continue
+        flag = flags.get(name.lstrip("-").replace("-", "_")) if name.startswith("--") else None
+        if flag is None:
+            raise UsageError(f"{token}: not a flag of this scenario's command{_suggest(name.lstrip('-'), flags)}")
+        if flag.type == "boolean":
+            out[flag.key], i = True, i + 1
+            continue
+        if not inline and i + 1 >= len(argv):
+            raise UsageError(f"{name}: needs a value")
+        raw, i = (inline, i + 1) if inline else (argv[i + 1], i + 2)
+        try:
+            out[flag.key] = {"integer": int, "float": float, "path": Path}.get(flag.type, str)(raw)
+        except ValueError:
+            raise UsageError(f"{name}: expected {TYPE_NAMES[flag.type]}, got {raw!r}") from None
+    return out
+
+
+def _suggest(key: str, flags: dict) -> str:
+    close = difflib.get_close_matches(key.replace("-", "_"), list(flags), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def load_scenario(path: Path, overrides: list[str] | None = None) -> Scenario:
+    """Read, type-check and value-check a scenario file with its overrides; run nothing."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read the scenario file ({exc.strerror})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"not valid TOML: {exc}") from None
+    command = data.pop("command", None)
+    if command not in COMMANDS:
+        raise UsageError(f"command: expected one of {', '.join(map(repr, COMMANDS))}, got {command!r}")
+    flags = command_flags(command)
+    given = {}
+    for raw_key, value in data.items():
+        key = raw_key.replace("-", "_")
+        if key not in flags:
+            raise UsageError(f"{raw_key}: unknown key for command = {command!r}{_suggest(key, flags)} "
+                             f"(the keys are the flags of `attnbench {command} --help`)")
+        given[key] = check_value(flags[key], value, command)
+    overridden = parse_overrides(overrides or [], flags)
+    if command == "kernel" and {"heads", "dim"} & set(overridden):
+        given.pop("shapes", None)  # --heads/--dim replace the file's shapes, which would otherwise win
+    for key, value in overridden.items():
+        sweeps = command == "kernel" and key == SWEPT and "," in str(value)
+        given[key] = str(value).split(",") if sweeps else value
+    values = {f.param: f.default for f in flags.values()}
+    values.update({flags[k].param: v for k, v in given.items()})
+    contexts = [None]
+    if command == "kernel":
+        contexts = values.pop("context") if isinstance(values["context"], list) else [values.pop("context")]
+        for context in contexts:
+            check_kernel_values({**values, "context": context})
+    return Scenario(path, command, values, contexts, text, given)
+
+
+def check_kernel_values(values: dict) -> None:
+    """Every value of one kernel sweep, checked by the function that plans the sweep itself."""
+    plan_sweep(kernel_args(values), machine=False)
+
+
+def context_dir(context: str) -> str:
+    return "context-" + re.sub(r"[^0-9a-z]+", "-", str(context).lower()).strip("-")

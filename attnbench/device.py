@@ -1,0 +1,26 @@
+"""Which device a run uses, from the --device flag: shared by the kernel sweep and e2e."""
+
+from __future__ import annotations
+
+import torch
+
+from attnbench.errors import UsageError
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"--device: unknown device {name!r}; use auto, cuda, cuda:N or cpu") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device: CUDA was asked for but no GPU is visible")
+    if device.type not in ("cuda", "cpu"):
+        raise UsageError(f"--device: {name!r} is not supported; use cuda or cpu")
+    return device
+
+
+def device_name(device: torch.device) -> str | None:
+    """The GPU's name, or None on the CPU."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else None

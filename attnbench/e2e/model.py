@@ -1,0 +1,255 @@
+"""A Llama-family decoder in one file, gpt-fast style: presets as data, small free functions.
+
+Why it exists: unified vs split is decided by request latency, so the e2e benchmark needs the
+real step around the attention kernel: the GEMMs, norms, RoPE and LM head a serving engine runs.
+The kernel itself is not here. Each layer hands its (q, k, v) to `attn(layer_id, q, k, v)`, a
+callable the engine supplies (paged KV cache + attnbench backend + strategy), so between two
+compared runs only that callable changes.
+
+Weights are random by default, made on the device from a fixed seed and scaled 1/sqrt(fan_in)
+so that every layer's activations stay O(1); or checkpoint.py reads them from a local Hugging
+Face Llama or Qwen2 checkpoint directory (config.json + *.safetensors). Nothing is downloaded.
+Tokens are laid out flat ([num_tokens, ...], sequences back to back), as varlen kernels want.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnbench.errors import UsageError
+
+AttnFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    name: str
+    n_layer: int
+    dim: int
+    n_head: int
+    n_kv_head: int
+    ffn_dim: int
+    vocab_size: int
+    head_dim: int = 0  # 0: dim // n_head
+    rope_theta: float = 10000.0
+    rope_scaling: dict | None = field(default=None, compare=False)
+    norm_eps: float = 1e-5
+    qkv_bias: bool = False
+    tie_embeddings: bool = False
+    max_positions: int = 4096
+
+    def __post_init__(self) -> None:
+        if not self.head_dim:
+            object.__setattr__(self, "head_dim", self.dim // self.n_head)
+
+    @classmethod
+    def from_name(cls, name: str) -> ModelArgs:
+        if name not in PRESETS:
+            raise UsageError(f"--model: unknown model {name!r}; presets: {', '.join(PRESETS)} "
+                             "(or a local Hugging Face checkpoint directory)")
+        return cls(name=name, **PRESETS[name])
+
+    @property
+    def num_params(self) -> int:
+        qkv = self.dim * (self.n_head + 2 * self.n_kv_head) * self.head_dim
+        qkv_bias = (self.n_head + 2 * self.n_kv_head) * self.head_dim if self.qkv_bias else 0
+        layer = qkv + qkv_bias + self.n_head * self.head_dim * self.dim + 3 * self.dim * self.ffn_dim + 2 * self.dim
+        heads = 1 if self.tie_embeddings else 2
+        return self.n_layer * layer + heads * self.vocab_size * self.dim + self.dim
+
+
+# The seed's model (llama-7b) and the shapes around it. qwen-14b is Qwen-14B-Chat's dimensions in
+# this Llama-family block (its MLP width is config intermediate_size 27392 / 2).
+PRESETS: dict[str, dict] = {
+    "llama-7b": dict(n_layer=32, dim=4096, n_head=32, n_kv_head=32, ffn_dim=11008, vocab_size=32000),
+    "llama-3-8b": dict(n_layer=32, dim=4096, n_head=32, n_kv_head=8, ffn_dim=14336, vocab_size=128256,
+                       rope_theta=500000.0, max_positions=8192),
+    "llama-13b": dict(n_layer=40, dim=5120, n_head=40, n_kv_head=40, ffn_dim=13824, vocab_size=32000),
+    "qwen-14b": dict(n_layer=40, dim=5120, n_head=40, n_kv_head=40, ffn_dim=13696, vocab_size=152064,
+                     norm_eps=1e-6, qkv_bias=True, max_positions=8192),
+    # CPU tests and GPU smoke tests: head dim 64 is in the FA2 JIT cache the device pack carries
+    "tiny": dict(n_layer=2, dim=256, n_head=4, n_kv_head=2, ffn_dim=512, vocab_size=1024, qkv_bias=True),
+}
+
+
+def rope_inv_freq(args: ModelArgs) -> torch.Tensor:
+    """Rotary frequencies, with Llama-3 or linear scaling when the checkpoint asks for it."""
+    inv = 1.0 / args.rope_theta ** (torch.arange(0, args.head_dim, 2, dtype=torch.float32) / args.head_dim)
+    scaling = args.rope_scaling or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "linear":
+        return inv / scaling["factor"]
+    if kind == "llama3":
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old = scaling["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > old / low, inv / factor, inv)
+        smooth = (old / wavelen - low) / (high - low)
+        medium = (wavelen >= old / high) & (wavelen <= old / low)
+        return torch.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
+    return inv
+
+
+class fused:
+    """nano-vllm's habit: a chain of small elementwise ops becomes one kernel on CUDA (torch.compile).
+
+    A decode step at batch 1 is weight-read bound; its ~40 tiny elementwise kernels per layer would
+    add milliseconds even inside a CUDA graph. The CPU path runs the same function as plain torch.
+    If compiling fails, CUDA runs it as plain torch too, and `fused.status` says so (env.json).
+    """
+
+    status = "plain torch (fused by torch.compile only on CUDA)"
+
+    def __init__(self, fn):
+        self.fn, self.compiled = fn, None
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, x: torch.Tensor, *args):
+        if not x.is_cuda:
+            return self.fn(x, *args)
+        if self.compiled is None:
+            self.compiled = torch.compile(self.fn, dynamic=True)
+            fused.status = "torch.compile (inductor): RMSNorm, RoPE, SiLU-and-mul"
+        try:
+            return self.compiled(x, *args)
+        except Exception as exc:  # noqa: BLE001  record it, keep the run going unfused
+            fused.status = f"plain torch: torch.compile failed ({type(exc).__name__}: {str(exc)[:160]})"
+            warnings.warn(fused.status, stacklevel=2)
+            self.compiled = self.fn
+            return self.fn(x, *args)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE (the Hugging Face layout, so checkpoints load without permuting q/k)."""
+    x1, x2 = x.float().chunk(2, dim=-1)
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+
+@fused
+def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+
+
+@fused
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    h = x.float()
+    return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+@fused
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def _param(*shape: int, dtype, device) -> nn.Parameter:
+    return nn.Parameter(torch.empty(shape, dtype=dtype, device=device), requires_grad=False)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float, dtype, device):
+        super().__init__()
+        self.eps, self.weight = eps, _param(dim, dtype=dtype, device=device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.weight, self.eps)
+
+
+class Attention(nn.Module):
+    def __init__(self, args: ModelArgs, layer_id: int, dtype, device):
+        super().__init__()
+        self.layer_id, self.n_head, self.n_kv_head, self.head_dim = layer_id, args.n_head, args.n_kv_head, args.head_dim
+        qkv = (args.n_head + 2 * args.n_kv_head) * args.head_dim
+        self.wqkv = _param(qkv, args.dim, dtype=dtype, device=device)
+        self.bqkv = _param(qkv, dtype=dtype, device=device) if args.qkv_bias else None
+        self.wo = _param(args.dim, args.n_head * args.head_dim, dtype=dtype, device=device)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn: AttnFn) -> torch.Tensor:
+        q_size, kv_size = self.n_head * self.head_dim, self.n_kv_head * self.head_dim
+        q, k, v = F.linear(x, self.wqkv, self.bqkv).split([q_size, kv_size, kv_size], dim=-1)
+        q, k = rope_qk(q.view(-1, self.n_head, self.head_dim), k.view(-1, self.n_kv_head, self.head_dim), cos, sin)
+        out = attn(self.layer_id, q, k, v.view(-1, self.n_kv_head, self.head_dim))
+        return F.linear(out.view(-1, q_size), self.wo)
+
+
+class FeedForward(nn.Module):
+    """SwiGLU with gate and up fused into one GEMM (w13), as serving engines do."""
+
+    def __init__(self, args: ModelArgs, dtype, device):
+        super().__init__()
+        self.w13 = _param(2 * args.ffn_dim, args.dim, dtype=dtype, device=device)
+        self.w2 = _param(args.dim, args.ffn_dim, dtype=dtype, device=device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(silu_and_mul(F.linear(x, self.w13)), self.w2)
+
+
+class Block(nn.Module):
+    def __init__(self, args: ModelArgs, layer_id: int, dtype, device):
+        super().__init__()
+        self.attention_norm = RMSNorm(args.dim, args.norm_eps, dtype, device)
+        self.attention = Attention(args, layer_id, dtype, device)
+        self.ffn_norm = RMSNorm(args.dim, args.norm_eps, dtype, device)
+        self.feed_forward = FeedForward(args, dtype, device)
+
+    def forward(self, x, cos, sin, attn: AttnFn) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), cos, sin, attn)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class Transformer(nn.Module):
+    def __init__(self, args: ModelArgs, dtype: torch.dtype, device: torch.device | str):
+        super().__init__()
+        self.args = args
+        self.tok_embeddings = _param(args.vocab_size, args.dim, dtype=dtype, device=device)
+        self.layers = nn.ModuleList(Block(args, i, dtype, device) for i in range(args.n_layer))
+        self.norm = RMSNorm(args.dim, args.norm_eps, dtype, device)
+        self.output = self.tok_embeddings if args.tie_embeddings else _param(
+            args.vocab_size, args.dim, dtype=dtype, device=device)
+        self.setup_rope(args.max_positions)
+
+    def setup_rope(self, max_len: int) -> None:
+        """cos/sin tables for positions 0 .. max_len - 1, float32, on the model's device."""
+        device = self.tok_embeddings.device
+        freqs = torch.outer(torch.arange(max_len, dtype=torch.float32), rope_inv_freq(self.args)).to(device)
+        self.rope_cos, self.rope_sin = freqs.cos(), freqs.sin()
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttnFn,
+                logits_indices: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits for the tokens at `logits_indices` (all tokens when None)."""
+        x = F.embedding(input_ids, self.tok_embeddings)
+        cos, sin = self.rope_cos[positions], self.rope_sin[positions]
+        for layer in self.layers:
+            x = layer(x, cos, sin, attn)
+        if logits_indices is not None:
+            x = x[logits_indices]
+        return F.linear(self.norm(x), self.output)
+
+
+@torch.no_grad()
+def init_random_(model: Transformer, seed: int = 0) -> Transformer:
+    """Random weights from `seed`, drawn on the model's device in parameter order."""
+    gen = torch.Generator(device=model.tok_embeddings.device).manual_seed(seed)
+    for name, p in model.named_parameters():
+        if name.endswith("norm.weight"):
+            p.fill_(1.0)
+        elif p.dim() == 1:  # qkv bias: small, as trained ones are
+            p.normal_(0.0, 0.02, generator=gen)
+        elif name == "tok_embeddings":
+            p.normal_(0.0, 1.0, generator=gen)
+        else:
+            p.normal_(0.0, p.shape[1] ** -0.5, generator=gen)
+    return model
+
+
+def random_model(args: ModelArgs, dtype: torch.dtype, device, seed: int = 0) -> Transformer:
+    return init_random_(Transformer(args, dtype, device), seed)

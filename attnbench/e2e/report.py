@@ -1,0 +1,240 @@
+"""What an e2e run concludes: greedy-token agreement between runs, metrics, the seed's table, plots.
+
+Agreement. Two runs of one request batch (unified vs split, graph vs eager) are compared token by
+token. Up to and including a request's first divergent step both runs fed the model the same
+tokens, so there the logit difference is pure numerics; after it, inputs differ and logits are not
+comparable. Random-weight models have flat logits (the top two often sit within a few hundredths
+of the logit spread), so bf16 noise alone can flip a near-tie and send a request down another
+path: that is `near-tie`, not a bug. A run whose logits differ by more than LOGIT_TOLERANCE x the
+logit spread where inputs were identical is a `MISMATCH` (the seed's graph bug gave garbage:
+differences of several spreads). NaN or inf anywhere is `non-finite`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from rich.console import Console
+
+from attnbench.errors import AttnbenchError
+from attnbench.results.files import load_results, md_lines, write_parquet
+
+LOGIT_TOLERANCE = 0.5  # x the reference's logit spread (RMS about each position's mean)
+FAILING = ("MISMATCH", "non-finite")
+
+
+@dataclass(frozen=True)
+class Agreement:
+    verdict: str  # match, near-tie, MISMATCH or non-finite
+    tokens_equal: float  # share of (request, step) tokens that are equal
+    diverged_requests: int
+    first_divergence: str  # "request R step S" (the earliest step), or ""
+    max_logit_diff: float  # over the steps where both runs had the same inputs
+    logit_scale: float
+    margin_at_divergence: float  # reference: its token's logit minus the other run's token's logit
+    tolerance: float = LOGIT_TOLERANCE
+
+    def row(self) -> dict:
+        return asdict(self)
+
+
+def compare_runs(ref_tokens: list[list[int]], ref_logits: torch.Tensor, tokens: list[list[int]],
+                 logits: torch.Tensor, tolerance: float = LOGIT_TOLERANCE) -> Agreement:
+    """Agreement of a run with a reference run; logits are [request, step, vocab]."""
+    ref_t, other_t = torch.tensor(ref_tokens), torch.tensor(tokens)
+    differ = ref_t != other_t
+    steps = ref_t.shape[1]
+    first = torch.where(differ.any(dim=1), differ.int().argmax(dim=1), torch.full_like(differ[:, 0], steps, dtype=torch.long))
+    finite = bool(torch.isfinite(ref_logits).all()) and bool(torch.isfinite(logits).all())
+    max_diff, sum_sq, count = 0.0, 0.0, 0
+    for r in range(ref_t.shape[0]):  # one request at a time: float32 [steps, vocab] stays small
+        same = int(min(first[r], steps - 1)) + 1
+        ref = ref_logits[r, :same].float()
+        max_diff = max(max_diff, float((ref - logits[r, :same].float()).abs().max()))
+        sum_sq += float(((ref - ref.mean(dim=-1, keepdim=True)) ** 2).mean(dim=-1).sum())
+        count += same
+    scale = math.sqrt(sum_sq / count) if count else math.nan
+    where, margin = "", math.nan
+    if bool(differ.any()):
+        r = int(torch.argmin(first * ref_t.shape[0] + torch.arange(ref_t.shape[0])))  # earliest step, then request
+        s = int(first[r])
+        where = f"request {r} step {s}"
+        margin = float(ref_logits[r, s, int(ref_t[r, s])].float() - ref_logits[r, s, int(other_t[r, s])].float())
+    if not finite:
+        verdict = "non-finite"
+    elif not max_diff <= tolerance * scale:
+        verdict = "MISMATCH"
+    else:
+        verdict = "near-tie" if where else "match"
+    return Agreement(verdict, float((~differ).float().mean()), int(differ.any(dim=1).sum()), where,
+                     max_diff, scale, margin, tolerance)
+
+
+def worst(verdicts) -> str:
+    order = ["non-finite", "MISMATCH", "near-tie", "match"]
+    found = [v for v in verdicts if v in order]
+    return min(found, key=order.index) if found else ""
+
+
+def run_metrics(runs, batch_size: int, output_len: int) -> dict:
+    """Latency percentiles and step times over measured runs (engine.Generation objects)."""
+    def pct(values, q):
+        return float(np.percentile(values, q)) if values else math.nan
+
+    latency = [x for g in runs for x in g.latency_s]
+    totals = [g.total_s for g in runs]
+    steps = [s for g in runs for s in g.steps]
+    by_kind = {k: [s.device_ms for s in steps if s.kind == k] for k in ("prefill", "mixed", "decode")}
+    return {
+        "request_p50_s": pct(latency, 50), "request_p90_s": pct(latency, 90), "request_p99_s": pct(latency, 99),
+        "run_p50_s": pct(totals, 50), "output_tok_s": batch_size * output_len / pct(totals, 50),
+        "prefill_step_p50_ms": pct(by_kind["prefill"], 50), "mixed_step_p50_ms": pct(by_kind["mixed"], 50),
+        "decode_step_p50_ms": pct(by_kind["decode"], 50), "decode_step_p90_ms": pct(by_kind["decode"], 90),
+        "host_us_per_step": pct([s.host_us for s in steps], 50),
+        **{f"{k}_launch_host_us": pct([s.launch_host_us for s in steps if s.kind == k], 50)
+           for k in ("prefill", "mixed", "decode")},
+        **{f"{k}_steps_per_run": len(v) / len(runs) for k, v in by_kind.items()},
+        "graph_steps_per_run": sum(s.graph for s in steps) / len(runs),
+    }
+
+
+# --- tables ----------------------------------------------------------------------------------
+
+POINT = ["input_len", "output_len", "batch_size"]
+
+
+def e2e_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The seed's e2e table: per (input, output, batch size), p50 request latency of each strategy."""
+    measured = df[df["verdict"].isin(["pass", "fail"])]
+    if measured.empty:
+        return pd.DataFrame()
+    index = ["backend", "mode", *POINT]
+    p50 = measured.pivot_table(index=index, columns="strategy", values="request_p50_s", aggfunc="first")
+    table = pd.DataFrame(index=p50.index)
+    table["unified p50 s"] = p50.get("unified")
+    table["split p50 s"] = p50.get("split")
+    table["split / unified"] = table["split p50 s"] / table["unified p50 s"]
+    table["agreement"] = measured.groupby(index)["agreement"].agg(lambda v: worst(v.dropna()))
+    table["check"] = measured.groupby(index)["verdict"].agg(lambda v: "pass" if (v == "pass").all() else "FAIL")
+    return table.reset_index().rename(columns={"input_len": "input len", "output_len": "output len",
+                                               "batch_size": "batch size"})
+
+
+def markdown(df: pd.DataFrame, floats: str = "{:.4f}") -> str:
+    if df.empty:
+        return "_no rows_\n"
+    cell = lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else (  # noqa: E731
+        floats.format(v) if isinstance(v, float) else str(v))
+    rows = ([cell(v) for v in row] for row in df.itertuples(index=False))
+    return "\n".join(md_lines(df.columns, rows)) + "\n"
+
+
+STEP_COLUMNS = ["backend", "strategy", "mode", *POINT, "prefill_step_p50_ms", "mixed_step_p50_ms",
+                "decode_step_p50_ms", "host_us_per_step", "prefill_launch_host_us", "decode_launch_host_us",
+                "output_tok_s"]
+AGREEMENT_COLUMNS = [*POINT, "backend", "reference", "run", "verdict", "tokens_equal", "first_divergence",
+                     "max_logit_diff", "logit_scale", "margin_at_divergence"]
+
+
+def write_summary(df: pd.DataFrame, agreement: pd.DataFrame, out_dir: Path, env: dict) -> Path:
+    e2e = env.get("e2e", {})
+    gpu = (env.get("gpu") or {}).get("name", "CPU")
+    notes = df["graph_note"].dropna().unique() if "graph_note" in df else []
+    lines = [
+        "# attnbench e2e summary\n",
+        f"- command: `{env.get('command', '')}`",
+        f"- model: {e2e.get('model')} ({e2e.get('params_b', 0):.2f} B params, {e2e.get('weights')}), "
+        f"{e2e.get('dtype')}, block size {e2e.get('block_size')}, chunk size {e2e.get('chunk_size') or 'none (whole prefill)'}",
+        f"- device: {gpu}; torch {env.get('torch')}; attnbench {env.get('attnbench_version')}",
+        f"- {e2e.get('warmup')} warm-up + {e2e.get('iters')} measured runs per row, after one untimed check run",
+        *[f"- {note}" for note in notes],
+        f"- small elementwise ops (RMSNorm, RoPE, SiLU-and-mul): {e2e.get('fused_ops')}",
+        "- request latency: run start to the request's last token; split / unified > 1 means unified is faster",
+        "",
+        markdown(e2e_table(df)),
+        "## Step latency (p50; CUDA events on a GPU, perf_counter on the CPU; host = schedule + prepare + "
+        "upload + plan; launch host = issuing the step's forward)\n",
+        markdown(df[[c for c in STEP_COLUMNS if c in df]], "{:.3f}"),
+        f"## Agreement of greedy tokens (MISMATCH: logit difference > {LOGIT_TOLERANCE} x logit spread "
+        "where both runs had the same inputs)\n",
+        markdown(agreement[[c for c in AGREEMENT_COLUMNS if c in agreement]], "{:.4g}") if not agreement.empty else "_none_\n",
+    ]
+    problems = df[df["verdict"] != "pass"]
+    if not problems.empty:
+        lines += ["## Rows that did not pass\n",
+                  markdown(problems[["backend", "strategy", "mode", *POINT, "verdict", "reason"]])]
+    path = out_dir / "summary.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def plot(df: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Latency vs batch size per strategy, and split / unified, one panel per (input, output)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = df[df["verdict"].isin(["pass", "fail"])]
+    pairs = sorted(set(zip(measured["input_len"], measured["output_len"])))
+    if not pairs:
+        return []
+    written = []
+    table = e2e_table(df)
+    for name, ylabel in (("e2e_latency.png", "p50 request latency, s (bar: p90)"),
+                         ("e2e_ratio.png", "split / unified (>1: unified faster)")):
+        fig, axes = plt.subplots(1, len(pairs), figsize=(4.4 * len(pairs), 3.6), squeeze=False)
+        for ax, (inp, outp) in zip(axes[0], pairs):
+            if name == "e2e_latency.png":
+                sel = measured[(measured["input_len"] == inp) & (measured["output_len"] == outp)]
+                for (backend, strategy, mode), g in sel.groupby(["backend", "strategy", "mode"]):
+                    g = g.sort_values("batch_size")
+                    ax.errorbar(g["batch_size"], g["request_p50_s"], yerr=[0 * g["request_p50_s"],
+                                g["request_p90_s"] - g["request_p50_s"]], marker="o", capsize=2,
+                                linestyle="-" if strategy == "unified" else "--", label=f"{backend} {strategy} {mode}")
+            else:
+                sel = table[(table["input len"] == inp) & (table["output len"] == outp)].dropna(subset=["split / unified"])
+                for (backend, mode), g in sel.groupby(["backend", "mode"]):
+                    ax.plot(g["batch size"], g["split / unified"], marker="o", label=f"{backend} {mode}")
+                ax.axhline(1.0, color="grey", linewidth=0.8)
+            ax.set_title(f"input {inp} / output {outp}")
+            ax.set_xlabel("batch size")
+            ax.set_xscale("log", base=2)
+            ax.grid(True, alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+        axes[0][0].set_ylabel(ylabel)
+        fig.tight_layout()
+        fig.savefig(out_dir / name, dpi=110)
+        plt.close(fig)
+        written.append(out_dir / name)
+    return written
+
+
+def write_e2e_outputs(out_dir: Path, env: dict, console: Console) -> Path:
+    """Parquet, summary.md, plots and the console report, all from the saved CSV files."""
+    df = load_results(out_dir / "results.csv")
+    if df.empty:
+        raise AttnbenchError("no rows were measured")
+    agreement_path = out_dir / "agreement.csv"
+    agreement = pd.read_csv(agreement_path) if agreement_path.exists() else pd.DataFrame()
+    write_parquet(df, out_dir)
+    summary = write_summary(df, agreement, out_dir, env)
+    plots = plot(df, out_dir)
+    console.print(markdown(e2e_table(df)), highlight=False, soft_wrap=True)
+    if not agreement.empty:
+        for a in agreement.itertuples(index=False):
+            console.print(f"agreement in {a.input_len}/{a.output_len} batch {a.batch_size} {a.backend}: "
+                          f"{a.run} vs {a.reference}: {a.verdict} (tokens equal {a.tokens_equal:.1%}, max logit diff "
+                          f"{a.max_logit_diff:.3g} of spread {a.logit_scale:.3g}"
+                          + (f", first divergence {a.first_divergence}" if isinstance(a.first_divergence, str) else "") + ")",
+                          highlight=False, soft_wrap=True)
+    verdicts = df["verdict"].value_counts().to_dict()
+    console.print("rows: " + ", ".join(f"{v} {k}" for k, v in verdicts.items()))
+    console.print(f"results: {out_dir}/results.csv, agreement.csv, {summary.name}, env.json, {len(plots)} plot(s)")
+    return out_dir

@@ -1,0 +1,129 @@
+"""What a backend is: a kernel family that plans a strategy once and runs it many times.
+
+The contract has two phases, as FlashInfer's wrappers (`plan()` then `run()`) and nano-vllm's
+`prepare_*` / `run_*` do:
+
+- `plan(strategy, point, metadata) -> Plan` does every host-side thing once: static
+  `max_seqlen_q/k`, the op's keyword arguments, the token ranges and 4-D shapes of each launch,
+  a library's own planning step and workspaces. It may read metadata back to the host.
+- `Plan.run(q, k_cache, v_cache, out)` only launches kernels: no host reads, no syncs, no
+  allocation a CUDA graph cannot capture. The same plan serves every layer of an engine step and
+  every replay of a captured graph.
+
+The strategy plumbing lives here, once. Unified: one varlen launch over the whole batch. Split:
+the decode sequences (first in q, one query length) as a 4-D `[seqs, query_len, heads, dim]` view
+through the batched kvcache launch, the rest through varlen. A backend supplies only its two
+primitives, `plan_varlen` and `plan_kvcache`, each returning a `Launch`; a new strategy (fused)
+is a new branch of `plan` plus the primitive it needs.
+
+What a backend can do is declared, not probed: `strategies`, `graph_safe` (its plans may be
+captured in a CUDA graph) and `oracle` (it is the float32 reference others are checked against).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar
+
+import torch
+
+from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
+from attnbench.kernels.workload import SweepPoint
+
+STRATEGIES = ("unified", "split")
+
+# one kernel launch: reads q (or its 4-D view) and the paged caches, writes into out
+Launch = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A strategy ready to run: the launches, in order, each bound to its slice of the batch."""
+
+    backend: str
+    strategy: str
+    launches: tuple[Launch, ...]
+    details: dict = field(default_factory=dict)  # what the library chose, recorded with each row
+
+    def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+            out: torch.Tensor) -> torch.Tensor:
+        """Attention for the whole batch into `out` (q's shape). Launches kernels, nothing else."""
+        for launch in self.launches:
+            launch(q, k_cache, v_cache, out)
+        return out
+
+
+def on_tokens(launch: Launch, start: int) -> Launch:
+    """The launch over q[start:] / out[start:]: the varlen part of a split batch."""
+    if start == 0:
+        return launch
+
+    def run(q, k_cache, v_cache, out):
+        launch(q[start:], k_cache, v_cache, out[start:])
+    return run
+
+
+def as_batched(launch: Launch, num_seqs: int, query_len: int) -> Launch:
+    """The launch over q[:num_seqs * query_len] viewed as [num_seqs, query_len, heads, dim]."""
+    num_tokens = num_seqs * query_len
+
+    def run(q, k_cache, v_cache, out):
+        shape = (num_seqs, query_len, q.shape[1], q.shape[2])
+        launch(q[:num_tokens].view(shape), k_cache, v_cache, out[:num_tokens].view(shape))
+    return run
+
+
+class Backend(ABC):
+    """A kernel family. Subclasses set the class attributes and supply the two primitives."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    strategies: ClassVar[tuple[str, ...]] = STRATEGIES
+    graph_safe: ClassVar[bool] = False
+    oracle: ClassVar[bool] = False
+
+    @abstractmethod
+    def unavailable_reason(self) -> str | None:
+        """None when the backend can run on this machine, else why not."""
+
+    @abstractmethod
+    def library(self) -> tuple[str, str]:
+        """(package that actually runs, its version)."""
+
+    def supports(self, point: SweepPoint, strategy: str, device: torch.device) -> str | None:
+        """None when this point can run, else the reason it can't. Subclasses add their limits."""
+        if strategy not in self.strategies:
+            return f"--strategy: {self.name} has no {strategy} strategy (it has {', '.join(self.strategies)})"
+        return None
+
+    def plan(self, strategy: str, point: SweepPoint, metadata: VarlenMetadata | SplitMetadata) -> Plan:
+        """Every host-side step of `strategy` for this batch, done once."""
+        if strategy not in self.strategies:
+            raise ValueError(f"{self.name} has no {strategy} strategy")
+        if strategy == "unified":
+            if not isinstance(metadata, VarlenMetadata):
+                raise TypeError(f"unified needs VarlenMetadata, got {type(metadata).__name__}")
+            launches = [self.plan_varlen(point, metadata)]
+        else:
+            if not isinstance(metadata, SplitMetadata):
+                raise TypeError(f"split needs SplitMetadata, got {type(metadata).__name__}")
+            launches = []
+            dec, pre = metadata.decode, metadata.prefill
+            if dec is not None:
+                launches.append(as_batched(self.plan_kvcache(point, dec), dec.num_seqs, dec.query_len))
+            if pre is not None:
+                launches.append(on_tokens(self.plan_varlen(point, pre), pre.token_offset))
+        return Plan(self.name, strategy, tuple(launches), self.plan_details(point, metadata))
+
+    def plan_details(self, point: SweepPoint, metadata) -> dict:
+        """What the library decided for this plan (kernel variant, splits...); {} by default."""
+        return {}
+
+    @abstractmethod
+    def plan_varlen(self, point: SweepPoint, md: VarlenMetadata) -> Launch:
+        """One paged varlen launch over md's sequences; q/out given to it are those sequences' tokens."""
+
+    @abstractmethod
+    def plan_kvcache(self, point: SweepPoint, md: KVCacheMetadata) -> Launch:
+        """One batched decode launch; q/out given to it are [num_seqs, query_len, heads, dim]."""

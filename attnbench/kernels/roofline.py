@@ -1,0 +1,76 @@
+"""FLOPs, bytes and peaks: every unit conversion of attnbench lives here.
+
+FLOPs count the two matmuls (QK^T and PV) over the (query, key) pairs a causal mask keeps:
+4 * heads * head_dim per pair. Bytes count what a perfect kernel must move: the KV each sequence
+attends to read once, q read once, out written once. Peaks come from vendors' datasheets (dense
+bf16/fp16 tensor-core rate without sparsity, HBM bandwidth); a GPU not in the table gets none.
+"""
+
+from __future__ import annotations
+
+import re
+
+from attnbench.kernels.workload import Batch, SweepPoint
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2}
+
+# name substring -> (dense bf16 TFLOP/s, memory TB/s, source)
+PEAKS: dict[str, tuple[float, float, str]] = {
+    "H200": (989.0, 4.8, "NVIDIA H200 datasheet (SXM)"),
+    "H100 SXM": (989.0, 3.35, "NVIDIA H100 datasheet (SXM5)"),
+    "H100 80GB HBM3": (989.0, 3.35, "NVIDIA H100 datasheet (SXM5)"),
+    "H100 PCIe": (756.0, 2.0, "NVIDIA H100 datasheet (PCIe)"),
+    "H100 NVL": (835.0, 3.9, "NVIDIA H100 NVL datasheet"),
+    "A100-SXM4-80GB": (312.0, 2.039, "NVIDIA A100 datasheet (SXM4 80GB)"),
+    "A100-SXM4-40GB": (312.0, 1.555, "NVIDIA A100 datasheet (SXM4 40GB)"),
+    "A100 80GB PCIe": (312.0, 1.935, "NVIDIA A100 datasheet (PCIe 80GB)"),
+    "L40S": (362.0, 0.864, "NVIDIA L40S datasheet"),
+    "A10G": (125.0, 0.6, "NVIDIA A10G (AWS) datasheet"),
+    "L4": (121.0, 0.3, "NVIDIA L4 datasheet"),
+    "RTX 4090": (165.2, 1.008, "NVIDIA Ada whitepaper (RTX 4090, FP32 accumulate)"),
+}
+
+
+def attended_pairs(query_len: int, kv_len: int, causal: bool) -> int:
+    """(query, key) pairs one sequence computes; causal masks align bottom-right."""
+    if not causal:
+        return query_len * kv_len
+    # query i (0-based) sees min(kv_len, kv_len - query_len + i + 1) keys, at least 0
+    return sum(max(0, min(kv_len, kv_len - query_len + i + 1)) for i in range(query_len))
+
+
+def flops(point: SweepPoint, batch: Batch) -> float:
+    pairs = sum(attended_pairs(q, kv, point.causal) for q, kv in zip(batch.query_lens, batch.kv_lens))
+    return 4.0 * point.num_heads * point.head_dim * pairs
+
+
+def min_bytes(point: SweepPoint, batch: Batch) -> float:
+    elt = DTYPE_BYTES[point.dtype]
+    kv = 2 * sum(batch.kv_lens) * point.num_kv_heads * point.head_dim
+    q_and_out = 2 * batch.num_tokens * point.num_heads * point.head_dim
+    return float((kv + q_and_out) * elt)
+
+
+def peak_for(gpu_name: str) -> tuple[float, float, str] | None:
+    """The table entry whose name appears as whole words in the GPU's name (longest first)."""
+    for key in sorted(PEAKS, key=len, reverse=True):
+        if re.search(rf"(?<![\w-]){re.escape(key)}(?![\w-])", gpu_name, re.IGNORECASE):
+            return PEAKS[key]
+    return None
+
+
+def rates(point: SweepPoint, batch: Batch, median_ms: float, gpu_name: str | None) -> dict:
+    """TFLOP/s, GB/s and % of the roofline bound (the faster of compute and memory floors)."""
+    f, b = flops(point, batch), min_bytes(point, batch)
+    seconds = median_ms / 1e3
+    row = {"gflop": f / 1e9, "mbytes": b / 1e6,
+           "tflops": f / seconds / 1e12 if seconds > 0 else None,
+           "gbps": b / seconds / 1e9 if seconds > 0 else None,
+           "pct_of_peak": None, "peak_source": ""}
+    peak = peak_for(gpu_name) if gpu_name else None
+    if peak and seconds > 0:
+        tflops_peak, tbps_peak, source = peak
+        floor_s = max(f / (tflops_peak * 1e12), b / (tbps_peak * 1e12))
+        row["pct_of_peak"] = 100.0 * floor_s / seconds
+        row["peak_source"] = source
+    return row

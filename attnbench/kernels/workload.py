@@ -1,0 +1,213 @@
+"""What one benchmark point is: a batch of sequences, each with query tokens and a KV context.
+
+A `SweepPoint` is a frozen, picklable description; `build_batch(point)` turns it into concrete
+sequence lengths by a documented, seeded rule, so the same point always means the same batch on
+every machine. Nothing here touches a device.
+
+Lengths: `query_len` is the number of new tokens a sequence brings in this step; `kv_len` is the
+number of keys it attends to, its cached tokens plus the new ones (what FlashAttention calls
+`seqused_k` / `cache_seqlens`). Causal masks are aligned bottom-right: query i of a sequence with
+q new tokens sees keys 0 .. kv_len - q + i.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass, field
+
+from attnbench.errors import UsageError
+
+KINDS = ("decode", "prefill", "mixed", "prefix", "specdec")
+DTYPES = ("bfloat16", "float16")
+DTYPE_ALIASES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
+
+KIND_RULES = {
+    "decode": "N sequences x 1 query token; kv lengths drawn from --context",
+    "prefill": "N query tokens split evenly over ceil(N / prefill_len) sequences; no cached context",
+    "mixed": "one prefill chunk of round(N * (1 - decode_share)) tokens on a cached prefix drawn "
+    "from --context, plus N - chunk decode sequences (1 token, kv from --context)",
+    "prefix": "prefill as above, each sequence on a cached prefix so that cached / kv = prefix_ratio",
+    "specdec": "N // spec_k sequences x spec_k query tokens (N rounded down to a multiple of spec_k, "
+    "at least one sequence); kv lengths drawn from --context",
+}
+
+
+@dataclass(frozen=True)
+class ContextDist:
+    """How KV context lengths are drawn: a constant, or uniform over [low, high]."""
+
+    low: int
+    high: int
+
+    @classmethod
+    def parse(cls, text: str | int) -> ContextDist:
+        text = str(text).strip()
+        try:
+            if text.startswith("uniform:"):
+                _, low, high = text.split(":")
+                low_i, high_i = int(low), int(high)
+            else:
+                low_i = high_i = int(text)
+        except ValueError:
+            raise UsageError(
+                f"--context: expected a number or uniform:LOW:HIGH (e.g. uniform:1:4096), got {text!r}"
+            ) from None
+        if low_i < 1 or high_i < low_i:
+            raise UsageError(f"--context: need 1 <= LOW <= HIGH, got {text!r}")
+        return cls(low_i, high_i)
+
+    def __str__(self) -> str:
+        return str(self.low) if self.low == self.high else f"uniform:{self.low}:{self.high}"
+
+    def draw(self, rng: random.Random) -> int:
+        return self.low if self.low == self.high else rng.randint(self.low, self.high)
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One batch configuration to measure. Plain data: safe to pickle into a worker process."""
+
+    kind: str
+    num_tokens: int
+    num_heads: int
+    head_dim: int
+    num_kv_heads: int | None = None
+    dtype: str = "bfloat16"
+    block_size: int = 16
+    causal: bool = True
+    context: str = "1024"
+    decode_share: float = 0.5
+    prefix_ratio: float = 0.5
+    spec_k: int = 4
+    prefill_len: int = 512
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.num_kv_heads is None:
+            object.__setattr__(self, "num_kv_heads", self.num_heads)
+        object.__setattr__(self, "dtype", DTYPE_ALIASES.get(self.dtype, self.dtype))
+        object.__setattr__(self, "context", str(ContextDist.parse(self.context)))
+        validate(self)
+
+    @property
+    def softmax_scale(self) -> float:
+        return self.head_dim ** -0.5
+
+    @property
+    def gqa_group(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    def key(self) -> dict:
+        return asdict(self)
+
+
+def validate(p: SweepPoint) -> None:
+    """Raise UsageError naming the flag for anything that cannot describe a real batch.
+
+    Checks run in order and stop at the first failure, so later ones may assume earlier ones.
+    """
+    checks = [
+        (lambda: p.kind in KINDS, "--kind", lambda: f"unknown kind {p.kind!r}; choose from {', '.join(KINDS)}"),
+        (lambda: p.dtype in DTYPES, "--dtype", lambda: f"unknown dtype {p.dtype!r}; choose bf16 or fp16"),
+        (lambda: p.num_tokens > 0, "--tokens", lambda: f"query-token counts must be positive, got {p.num_tokens}"),
+        (lambda: p.num_heads > 0, "--heads", lambda: f"must be positive, got {p.num_heads}"),
+        (lambda: p.num_kv_heads > 0, "--kv-heads", lambda: f"must be positive, got {p.num_kv_heads}"),
+        (lambda: p.num_heads % p.num_kv_heads == 0, "--kv-heads",
+         lambda: f"heads ({p.num_heads}) must be divisible by kv heads ({p.num_kv_heads})"),
+        (lambda: p.head_dim > 0 and p.head_dim % 8 == 0, "--dim",
+         lambda: f"head dim must be a positive multiple of 8, got {p.head_dim}"),
+        (lambda: p.block_size > 0 and p.block_size % 16 == 0, "--block-size",
+         lambda: f"KV block size must be a positive multiple of 16, got {p.block_size}"),
+        (lambda: 0.0 <= p.decode_share < 1.0, "--decode-share", lambda: f"must be in [0, 1), got {p.decode_share}"),
+        (lambda: 0.0 <= p.prefix_ratio < 1.0, "--prefix-ratio", lambda: f"must be in [0, 1), got {p.prefix_ratio}"),
+        (lambda: p.spec_k > 0, "--spec-k", lambda: f"must be positive, got {p.spec_k}"),
+        (lambda: p.prefill_len > 0, "--prefill-len", lambda: f"must be positive, got {p.prefill_len}"),
+    ]
+    for ok, flag, message in checks:
+        if not ok():
+            raise UsageError(f"{flag}: {message()}")
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Concrete sequences of a point. Decode-role sequences come first, as vLLM orders them.
+
+    `is_decode[i]` marks sequences the split strategy sends through the kvcache kernel: they all
+    share one query length (1, or spec_k for speculative decoding).
+    """
+
+    query_lens: tuple[int, ...]
+    kv_lens: tuple[int, ...]
+    is_decode: tuple[bool, ...]
+    rule: str = field(default="", compare=False)
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.query_lens)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.query_lens)
+
+    @property
+    def num_decode_seqs(self) -> int:
+        return sum(self.is_decode)
+
+
+def _even_split(total: int, parts: int) -> list[int]:
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def _rng(p: SweepPoint) -> random.Random:
+    # Seeded by the fields this kind's rule uses (not heads or dim), so a (kind, N) batch is the
+    # same across shapes, and a flag another kind ignores cannot change it.
+    return random.Random(f"{p.seed}:{p.num_tokens}:{_rule_details(p)}")
+
+
+def build_batch(p: SweepPoint) -> Batch:
+    """The documented rule for each kind (see KIND_RULES and the README)."""
+    rng, dist, n = _rng(p), ContextDist.parse(p.context), p.num_tokens
+    decode_q: list[int] = []
+    decode_kv: list[int] = []
+    prefill_q: list[int] = []
+    prefill_kv: list[int] = []
+    if p.kind == "decode":
+        decode_q = [1] * n
+        decode_kv = [dist.draw(rng) for _ in range(n)]
+    elif p.kind == "specdec":
+        k = min(p.spec_k, n)
+        decode_q = [k] * (n // k)
+        decode_kv = [max(dist.draw(rng), k) for _ in decode_q]
+    elif p.kind in ("prefill", "prefix"):
+        prefill_q = _even_split(n, math.ceil(n / p.prefill_len))
+        ratio = p.prefix_ratio if p.kind == "prefix" else 0.0
+        prefill_kv = [q + round(q * ratio / (1.0 - ratio)) for q in prefill_q]
+    elif p.kind == "mixed":
+        chunk = max(1, round(n * (1.0 - p.decode_share)))
+        decode_q = [1] * (n - chunk)
+        decode_kv = [dist.draw(rng) for _ in decode_q]
+        prefill_q = [chunk]
+        prefill_kv = [chunk + dist.draw(rng)]
+    return Batch(
+        query_lens=tuple(decode_q + prefill_q),
+        kv_lens=tuple(decode_kv + prefill_kv),
+        is_decode=tuple([True] * len(decode_q) + [False] * len(prefill_q)),
+        rule=describe(p),
+    )
+
+
+def _rule_details(p: SweepPoint) -> str:
+    return {
+        "decode": f"context={p.context}",
+        "specdec": f"spec_k={p.spec_k}, context={p.context}",
+        "prefill": f"prefill_len={p.prefill_len}",
+        "prefix": f"prefill_len={p.prefill_len}, prefix_ratio={p.prefix_ratio}",
+        "mixed": f"decode_share={p.decode_share}, context={p.context}",
+    }[p.kind]
+
+
+def describe(p: SweepPoint) -> str:
+    """How the point's lengths were drawn, in one line, for every result row."""
+    return f"{p.kind}: {KIND_RULES[p.kind]} ({_rule_details(p)}, seed={p.seed})"

@@ -1,0 +1,1 @@
+"""Result files and what is made from them: CSV/Parquet/env.json, tables, compare, export, plots, profiles."""

@@ -1,0 +1,285 @@
+"""Is NEW slower than BASE? Row by row, with the noise of each row taken into account.
+
+A bare threshold on the ratio of medians flags noise as regressions and hides real ones in noisy
+rows. Each row here gets an interval for median(new) / median(base): a percentile bootstrap over
+the stored per-sample times (`samples_ms`), or, for rows with too few samples, the conservative
+p10..p90 spread. The threshold is the smallest effect that counts:
+
+- slower: the interval lies above 1 and the ratio is above 1 + threshold
+- faster: the interval lies below 1 and the ratio is below 1 / (1 + threshold)
+- same:   the whole interval lies within [1 / (1 + threshold), 1 + threshold]
+- noisy:  none of these; the samples cannot tell a change of that size from noise
+
+The samples of one run show within-run noise only. Run-to-run drift (clocks, another process on
+the GPU) is what the threshold is for, so keep it above what two repeats of one run show.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from attnbench.errors import UsageError
+from attnbench.results.files import KEY_COLUMNS, load_results
+
+VERDICTS = ("slower", "faster", "noisy", "same")
+CONFIDENCE = 0.95
+RESAMPLES = 1000
+MIN_SAMPLES = 5  # below this a bootstrap median takes a handful of values: use the p10..p90 spread
+MEASURED = ("pass", "fail")
+
+
+def parse_threshold(text: str) -> float:
+    """'5%' or '0.05' -> 0.05."""
+    raw = str(text).strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise UsageError(f"--threshold: expected a percentage such as 5% (or 0.05), got {text!r}") from None
+    if not 0 <= value < 1:
+        raise UsageError(f"--threshold: must be at least 0% and below 100% (5% or 0.05), got {text!r}")
+    return value
+
+
+def parse_samples(cell) -> np.ndarray:
+    if not isinstance(cell, str) or not cell.strip():
+        return np.empty(0)
+    return np.array([float(x) for x in cell.split()])
+
+
+def ratio_interval(base: np.ndarray, new: np.ndarray, seed: int = 0) -> tuple[float, float]:
+    """Percentile-bootstrap interval (CONFIDENCE) of median(new) / median(base)."""
+    rng = np.random.default_rng(seed)
+    base_medians = np.median(base[rng.integers(0, len(base), (RESAMPLES, len(base)))], axis=1)
+    new_medians = np.median(new[rng.integers(0, len(new), (RESAMPLES, len(new)))], axis=1)
+    tail = (1 - CONFIDENCE) / 2
+    low, high = np.quantile(new_medians / base_medians, [tail, 1 - tail])
+    return float(low), float(high)
+
+
+def classify(ratio: float, low: float, high: float, threshold: float) -> str:
+    top, bottom = 1 + threshold, 1 / (1 + threshold)
+    if low > 1 and ratio > top:
+        return "slower"
+    if high < 1 and ratio < bottom:
+        return "faster"
+    if bottom <= low and high <= top:
+        return "same"
+    return "noisy"
+
+
+def judge(base: pd.Series, new: pd.Series, threshold: float) -> dict:
+    """One matched row pair -> ratio, interval, how the interval was made, verdict."""
+    ratio = new["median_ms"] / base["median_ms"]
+    base_samples, new_samples = parse_samples(base.get("samples_ms")), parse_samples(new.get("samples_ms"))
+    if min(len(base_samples), len(new_samples)) >= MIN_SAMPLES:
+        low, high = ratio_interval(base_samples, new_samples)
+        method = "bootstrap"
+    elif pd.notna(base.get("p10_ms")) and pd.notna(new.get("p90_ms")):
+        low, high = new["p10_ms"] / base["p90_ms"], new["p90_ms"] / base["p10_ms"]
+        method = "p10-p90"
+    else:  # nothing says how noisy the row is: the threshold alone decides
+        low = high = ratio
+        method = "median only"
+    return {"ratio": ratio, "ci_low": low, "ci_high": high, "method": method,
+            "verdict": classify(ratio, low, high, threshold)}
+
+
+def canonical(value) -> str:
+    """One spelling per key value, so 1024 (CSV int) matches '1024' (string column) and True 'True'."""
+    text = str(value)
+    if text in ("True", "False"):
+        return text.lower()
+    try:
+        return repr(float(text))
+    except ValueError:
+        return text
+
+
+def match_columns(ignore: list[str] | None = None) -> list[str]:
+    """KEY_COLUMNS less the ones to ignore (to compare an eager run with a graph run: ignore mode)."""
+    unknown = [c for c in ignore or [] if c not in KEY_COLUMNS]
+    if unknown:
+        raise UsageError(f"--ignore: {unknown[0]!r} is not a key column; choose from {', '.join(KEY_COLUMNS)}")
+    return [c for c in KEY_COLUMNS if c not in (ignore or [])]
+
+
+def _keyed(df: pd.DataFrame, name: str, key: list[str]) -> pd.DataFrame:
+    df = df.assign(_key=["|".join(canonical(v) for v in row) for row in df[key].itertuples(index=False)])
+    duplicated = df[df["_key"].duplicated()]
+    if not duplicated.empty:
+        raise UsageError(f"{name}: {len(duplicated)} row(s) share a configuration key with another row "
+                         f"(first: {row_label(duplicated.iloc[0], key)}); compare needs one row per key")
+    return df.set_index("_key")
+
+
+@dataclass
+class Comparison:
+    rows: pd.DataFrame       # key columns, base_ms, new_ms, ratio, ci_low, ci_high, method, verdict, label
+    only_base: pd.DataFrame  # rows of BASE with no match in NEW
+    only_new: pd.DataFrame
+    untimed: pd.DataFrame    # matched, but skipped or errored in one of the runs
+    threshold: float
+    label_columns: list[str]  # the key columns that tell the rows of both runs apart
+
+    def labels(self, frame: pd.DataFrame) -> list[str]:
+        return labels(frame, self.label_columns)
+
+    def count(self, verdict: str) -> int:
+        return int((self.rows["verdict"] == verdict).sum())
+
+    def unmatched(self) -> list[str]:
+        """One line each for the rows only one run has, and the rows one run did not time."""
+        lines = [f"{len(frame)} row(s) only in {name}: " + "; ".join(self.labels(frame))
+                 for name, frame in (("BASE", self.only_base), ("NEW", self.only_new)) if not frame.empty]
+        if not self.untimed.empty:
+            lines.append("not timed in both runs: " + "; ".join(
+                f"{label} (base {b}, new {n})"
+                for label, b, n in zip(self.labels(self.untimed), self.untimed["base"], self.untimed["new"])))
+        return lines
+
+    def broken(self) -> list[str]:
+        """Rows that passed the accuracy check in BASE and fail it (or error) in NEW."""
+        timed = self.rows[(self.rows["base_check"] == "pass") & (self.rows["check"] != "pass")]
+        untimed = self.untimed[(self.untimed["base"] == "pass") & (self.untimed["new"] == "error")]
+        return self.labels(timed) + self.labels(untimed)
+
+    @property
+    def regressed(self) -> bool:
+        """Slower beyond threshold and noise, or a correctness regression: either fails a gate."""
+        return self.count("slower") > 0 or bool(self.broken())
+
+
+def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float,
+                 key: list[str] = KEY_COLUMNS) -> Comparison:
+    base_k, new_k = _keyed(base, "BASE", key), _keyed(new, "NEW", key)
+    common = base_k.index.intersection(new_k.index, sort=False)
+    if common.empty:
+        raise UsageError("BASE and NEW have no configuration in common (rows match on "
+                         + ", ".join(key) + ")")
+    timed = [k for k in common if base_k.at[k, "verdict"] in MEASURED and new_k.at[k, "verdict"] in MEASURED]
+    records = []
+    for k in timed:
+        b, n = base_k.loc[k], new_k.loc[k]
+        records.append({**{c: n[c] for c in key}, "base_ms": b["median_ms"], "new_ms": n["median_ms"],
+                        **judge(b, n, threshold), "check": n["verdict"], "base_check": b["verdict"]})
+    rows = pd.DataFrame(records, columns=[*key, "base_ms", "new_ms", "ratio", "ci_low", "ci_high",
+                                          "method", "verdict", "check", "base_check"])
+    label_columns = varying(pd.concat([base, new]), key)
+    rows["label"] = labels(rows, label_columns)
+    order = {v: i for i, v in enumerate(VERDICTS)}
+    rows = rows.sort_values(["verdict", "ratio"], key=lambda s: s.map(order) if s.name == "verdict" else -s,
+                            kind="stable").reset_index(drop=True)
+    untimed_keys = [k for k in common if k not in set(timed)]
+    untimed = new_k.loc[untimed_keys, key].assign(
+        base=list(base_k.loc[untimed_keys, "verdict"]), new=list(new_k.loc[untimed_keys, "verdict"]))
+
+    def only(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame.loc[frame.index.difference(common, sort=False), key].reset_index(drop=True)
+
+    return Comparison(rows=rows, only_base=only(base_k), only_new=only(new_k), untimed=untimed.reset_index(drop=True),
+                      threshold=threshold, label_columns=label_columns)
+
+
+# ---- labels: a row named by the key columns that tell it apart ----------------------------------
+
+_FORMAT = {
+    "num_tokens": "N={}", "num_heads": "h{}", "num_kv_heads": "kv{}", "head_dim": "d{}", "block_size": "bs{}",
+    "context": "ctx={}", "decode_share": "decode_share={}", "prefix_ratio": "prefix={}", "spec_k": "k={}",
+    "prefill_len": "prefill_len={}", "seed": "seed{}", "l2": "{}-L2",
+}
+
+
+def format_field(column: str, value) -> str:
+    if column == "causal":
+        return "causal" if canonical(value) == "true" else "non-causal"
+    if column == "dtype":
+        return {"bfloat16": "bf16", "float16": "fp16"}.get(value, str(value))
+    return _FORMAT.get(column, "{}").format(value)
+
+
+def row_label(row, columns) -> str:
+    return " ".join(format_field(c, row[c]) for c in columns)
+
+
+def varying(df: pd.DataFrame, key: list[str] = KEY_COLUMNS) -> list[str]:
+    """The kind plus the key columns that vary in df: short labels, enough to tell rows apart."""
+    return [c for c in key if c == "kind" or df[c].map(canonical).nunique() > 1]
+
+
+def labels(df: pd.DataFrame, columns: list[str]) -> list[str]:
+    return [row_label(row, columns) for _, row in df.iterrows()]
+
+
+# ---- environments ---------------------------------------------------------------------------------
+
+def load_env(results: str | Path) -> dict:
+    path = Path(results)
+    path = (path if path.is_dir() else path.parent) / "env.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _flatten(value, prefix: str = "") -> dict:
+    if isinstance(value, dict):
+        flat = {}
+        for k, v in value.items():
+            flat.update(_flatten(v, f"{prefix}{k}."))
+        return flat
+    return {prefix.rstrip("."): value}
+
+
+IGNORED_ENV = ("timestamp", "command")
+
+
+def env_differences(base_env: dict, new_env: dict) -> list[tuple[str, object, object]]:
+    """(key, base value, new value) for every env.json entry that differs: GPU, driver, versions, ..."""
+    base, new = _flatten(base_env), _flatten(new_env)
+    keys = [k for k in dict.fromkeys([*base, *new]) if k not in IGNORED_ENV]
+    return [(k, base.get(k), new.get(k)) for k in keys if base.get(k) != new.get(k)]
+
+
+def load(path: str | Path, name: str) -> pd.DataFrame:
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"{name}: {path} does not exist (give a results directory, results.csv or results.parquet)")
+    if path.is_dir() and not any((path / f).exists() for f in ("results.csv", "results.parquet")):
+        raise UsageError(f"{name}: {path} holds no results.csv or results.parquet")
+    return load_results(path)
+
+
+# ---- Markdown for a PR comment --------------------------------------------------------------------
+
+def summary_line(c: Comparison) -> str:
+    counts = ", ".join(f"{c.count(v)} {v}" for v in VERDICTS)
+    return f"{len(c.rows)} rows compared: {counts} (threshold {c.threshold:.1%}, {CONFIDENCE:.0%} intervals)"
+
+
+def _markdown_rows(rows: pd.DataFrame) -> list[str]:
+    lines = ["| row | base ms | new ms | new / base | interval | verdict |", "|---|---:|---:|---:|---|---|"]
+    for r in rows.itertuples(index=False):
+        verdict = f"**{r.verdict}**" if r.verdict == "slower" else r.verdict
+        check = "" if r.check == "pass" else f" (new: check {r.check})"
+        lines.append(f"| {r.label} | {r.base_ms:.4f} | {r.new_ms:.4f} | {r.ratio:.3f} | "
+                     f"{r.ci_low:.3f}–{r.ci_high:.3f} ({r.method}) | {verdict}{check} |")
+    return lines
+
+
+def markdown(c: Comparison, env_diff: list[tuple[str, object, object]]) -> str:
+    head = "**regression**" if c.regressed else "no regression"
+    lines = [f"### attnbench compare: {head}", "", summary_line(c), ""]
+    if env_diff:
+        lines += ["| environment | base | new |", "|---|---|---|",
+                  *[f"| {k} | {b} | {n} |" for k, b, n in env_diff], ""]
+    changed = c.rows[c.rows["verdict"] != "same"]
+    same = c.rows[c.rows["verdict"] == "same"]
+    if not changed.empty:
+        lines += _markdown_rows(changed)
+    if not same.empty:  # folded: a PR comment should open on what changed
+        lines += ["", f"<details><summary>{len(same)} rows the same within {c.threshold:.1%}</summary>", "",
+                  *_markdown_rows(same), "", "</details>"]
+    lines += [f"\n{line}" for line in c.unmatched()]
+    return "\n".join(lines) + "\n"

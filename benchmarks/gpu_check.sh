@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Everything a change to the backends, the sweep or the e2e engine touches, on one GPU machine.
+# Each part fits one device call (< 10 minutes); pick parts by name, in the order given:
+#   tests  the GPU test suite (kernels, e2e with every backend x strategy under graphs, profiling)
+#   e2e    attnbench e2e --model llama-7b --backend vllm-fa2,vllm-fa3 on the seed lengths, bs 1/8/32
+#   seed   scenarios/seed-kernel-table.toml: BASELINE's code, this code, this code again; compare both
+#   host   eager llama-7b prefill steps (32 tokens x bs 1, 8): host time to issue a step, BASELINE vs this
+# BASELINE is a directory holding another version's `attnbench/` package (e.g. made with
+# `git archive <commit> attnbench | tar -x -C .baseline`); parts that need it skip without it.
+# Usage, from the repo root: source .device/bootstrap.sh && OUT=$OUT bash benchmarks/gpu_check.sh tests e2e
+# Full logs and result tarballs land in $OUT (default ./gpu-check-out); a short summary prints last.
+set -u
+OUT=${OUT:-$PWD/gpu-check-out}
+BASELINE=${BASELINE:-}
+mkdir -p "$OUT"
+RUN=$(mktemp -d)
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+start=$SECONDS
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+
+step() {  # step NAME LIMIT_S CMD...: run under timeout, log to $OUT/NAME.log, show its tail
+  local name=$1 limit=$2
+  shift 2
+  echo "== $name: limit ${limit}s, at $((SECONDS - start))s"
+  timeout -k 10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  [ $rc -eq 124 ] && echo "$name: TIMED OUT after ${limit}s" | tee -a "$OUT/$name.log"
+  echo "== $name: rc=$rc, done at $((SECONDS - start))s" | tee -a "$SUMMARY"
+  tail -n 3 "$OUT/$name.log"
+}
+old() { PYTHONPATH="$BASELINE:$PYTHONPATH" "$@"; }  # the same command on BASELINE's package
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used,memory.total --format=csv,noheader | tee -a "$SUMMARY"
+for part in "$@"; do
+  case $part in
+    tests)
+      step pytest 300 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_kernels.py tests/test_e2e.py \
+        tests/test_backend_contract.py tests/test_profiling.py tests/test_cli_kernel.py
+      grep -E "passed|failed|error" "$OUT/pytest.log" | tail -n 1 >> "$SUMMARY" ;;
+    e2e)
+      step e2e 420 python3 -m attnbench e2e --model llama-7b --backend vllm-fa2,vllm-fa3 --input-len 32,512 \
+        --output-len 128,32 --batch-size 1,8,32 --warmup 2 --iters 5 --out "$RUN/e2e"
+      [ -d "$RUN/e2e" ] && tar -C "$RUN" -czf "$OUT/e2e-results.tgz" e2e
+      [ -f "$RUN/e2e/summary.md" ] && awk '/^\| backend \| mode \| input len/{on=1} on&&!/^\|/{exit} on' \
+        "$RUN/e2e/summary.md" >> "$SUMMARY"
+      grep -oE ': (match|near-tie|MISMATCH|non-finite) ' "$OUT/e2e.log" | sort | uniq -c >> "$SUMMARY" ;;
+    seed)
+      [ -n "$BASELINE" ] && step seed-before 120 old python3 -m attnbench run scenarios/seed-kernel-table.toml \
+        --out "$RUN/seed-before"
+      step seed-after 120 python3 -m attnbench run scenarios/seed-kernel-table.toml --out "$RUN/seed-after"
+      step seed-repeat 120 python3 -m attnbench run scenarios/seed-kernel-table.toml --out "$RUN/seed-repeat"
+      tar -C "$RUN" -czf "$OUT/seed-results.tgz" $(cd "$RUN" && ls -d seed-*)
+      [ -n "$BASELINE" ] && step compare-before-after 60 python3 -m attnbench compare "$RUN/seed-before" \
+        "$RUN/seed-after" --threshold 3% --markdown "$OUT/compare-before-after.md"
+      step compare-repeat 60 python3 -m attnbench compare "$RUN/seed-after" "$RUN/seed-repeat" --threshold 3% \
+        --markdown "$OUT/compare-repeat.md"
+      tail -n 1 "$OUT"/compare-*.log >> "$SUMMARY" ;;
+    host)
+      args=(e2e --model llama-7b --backend vllm-fa2,vllm-fa3 --input-len 32 --output-len 8 --batch-size 1,8
+            --eager --warmup 1 --iters 3)
+      [ -n "$BASELINE" ] && step host-before 200 old python3 -m attnbench "${args[@]}" --out "$RUN/host-before"
+      step host-after 200 python3 -m attnbench "${args[@]}" --out "$RUN/host-after"
+      tar -C "$RUN" -czf "$OUT/host-results.tgz" $(cd "$RUN" && ls -d host-*)
+      python3 - "$RUN" >> "$SUMMARY" <<'PY'
+import sys, pathlib, pandas as pd
+cols = ["backend", "strategy", "batch_size", "prefill_step_p50_ms", "decode_step_p50_ms", "prefill_launch_host_us"]
+for name in ("host-before", "host-after"):
+    path = pathlib.Path(sys.argv[1]) / name / "results.csv"
+    if path.exists():
+        df = pd.read_csv(path)
+        print(name); print(df[[c for c in cols if c in df]].to_string(index=False))
+PY
+      ;;
+    *) echo "unknown part $part (tests, e2e, seed, host)" ;;
+  esac
+done
+rm -rf "$RUN"
+echo "== summary (total $((SECONDS - start))s)"
+cat "$SUMMARY"
