@@ -5,6 +5,7 @@
 #   e2e    attnbench e2e --model llama-7b --backend vllm-fa2,vllm-fa3 on the seed lengths, bs 1/8/32
 #   seed   scenarios/seed-kernel-table.toml: BASELINE's code, this code, this code again; compare both
 #   host   eager llama-7b prefill steps (32 tokens x bs 1, 8): host time to issue a step, BASELINE vs this
+#   hostprof  where an eager llama-7b step's host time goes (cProfile), vllm-fa2 unified and vllm-fa3 split
 # BASELINE is a directory holding another version's `attnbench/` package (e.g. made with
 # `git archive <commit> attnbench | tar -x -C .baseline`); parts that need it skip without it.
 # Usage, from the repo root: source .device/bootstrap.sh && OUT=$OUT bash benchmarks/gpu_check.sh tests e2e
@@ -29,13 +30,13 @@ step() {  # step NAME LIMIT_S CMD...: run under timeout, log to $OUT/NAME.log, s
   echo "== $name: rc=$rc, done at $((SECONDS - start))s" | tee -a "$SUMMARY"
   tail -n 3 "$OUT/$name.log"
 }
-old() { PYTHONPATH="$BASELINE:$PYTHONPATH" "$@"; }  # the same command on BASELINE's package
+old=(env "PYTHONPATH=$BASELINE:$PYTHONPATH")  # prefix: the same command on BASELINE's package
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used,memory.total --format=csv,noheader | tee -a "$SUMMARY"
 for part in "$@"; do
   case $part in
     tests)
-      step pytest 300 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_kernels.py tests/test_e2e.py \
+      step pytest 240 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_kernels.py tests/test_e2e.py \
         tests/test_backend_contract.py tests/test_profiling.py tests/test_cli_kernel.py
       grep -E "passed|failed|error" "$OUT/pytest.log" | tail -n 1 >> "$SUMMARY" ;;
     e2e)
@@ -46,7 +47,7 @@ for part in "$@"; do
         "$RUN/e2e/summary.md" >> "$SUMMARY"
       grep -oE ': (match|near-tie|MISMATCH|non-finite) ' "$OUT/e2e.log" | sort | uniq -c >> "$SUMMARY" ;;
     seed)
-      [ -n "$BASELINE" ] && step seed-before 120 old python3 -m attnbench run scenarios/seed-kernel-table.toml \
+      [ -n "$BASELINE" ] && step seed-before 120 "${old[@]}" python3 -m attnbench run scenarios/seed-kernel-table.toml \
         --out "$RUN/seed-before"
       step seed-after 120 python3 -m attnbench run scenarios/seed-kernel-table.toml --out "$RUN/seed-after"
       step seed-repeat 120 python3 -m attnbench run scenarios/seed-kernel-table.toml --out "$RUN/seed-repeat"
@@ -59,8 +60,8 @@ for part in "$@"; do
     host)
       args=(e2e --model llama-7b --backend vllm-fa2,vllm-fa3 --input-len 32 --output-len 8 --batch-size 1,8
             --eager --warmup 1 --iters 3)
-      [ -n "$BASELINE" ] && step host-before 200 old python3 -m attnbench "${args[@]}" --out "$RUN/host-before"
-      step host-after 200 python3 -m attnbench "${args[@]}" --out "$RUN/host-after"
+      [ -n "$BASELINE" ] && step host-before 150 "${old[@]}" python3 -m attnbench "${args[@]}" --out "$RUN/host-before"
+      step host-after 150 python3 -m attnbench "${args[@]}" --out "$RUN/host-after"
       tar -C "$RUN" -czf "$OUT/host-results.tgz" $(cd "$RUN" && ls -d host-*)
       python3 - "$RUN" >> "$SUMMARY" <<'PY'
 import sys, pathlib, pandas as pd
@@ -72,7 +73,11 @@ for name in ("host-before", "host-after"):
         print(name); print(df[[c for c in cols if c in df]].to_string(index=False))
 PY
       ;;
-    *) echo "unknown part $part (tests, e2e, seed, host)" ;;
+    hostprof)
+      step hostprof-fa2-unified 120 python3 benchmarks/e2e_host_profile.py --backend vllm-fa2 --strategy unified
+      step hostprof-fa3-split 120 python3 benchmarks/e2e_host_profile.py --backend vllm-fa3 --strategy split
+      grep -hE "^(prefill|decode):" "$OUT"/hostprof-*.log >> "$SUMMARY" ;;
+    *) echo "unknown part $part (tests, e2e, seed, host, hostprof)" ;;
   esac
 done
 rm -rf "$RUN"

@@ -289,8 +289,8 @@ def test_an_engine_plans_once_per_step_not_per_layer(monkeypatch, strategy, chun
     engine = ModelEngines(model, max_num_seqs=3, max_model_len=64, chunk_size=chunk_size).engine(
         "reference", strategy, False)
     plans = []
-    real = engine.attn.backend.plan
-    monkeypatch.setattr(engine.attn.backend, "plan", lambda *a: plans.append(a) or real(*a))
+    real = ReferenceBackend.plan  # patched on the class: the registry's instance is shared by every test
+    monkeypatch.setattr(ReferenceBackend, "plan", lambda self, *a: plans.append(a) or real(self, *a))
     gen = engine.generate(make_prompts(3, 20, TINY.vocab_size, seed=3), 4)
     assert len(plans) == len(gen.steps) and TINY.n_layer > 1
     assert {s.kind for s in gen.steps} >= {"prefill" if chunk_size is None else "mixed", "decode"}
