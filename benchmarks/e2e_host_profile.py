@@ -5,6 +5,10 @@ An eager step's device time is bounded below by the host time it takes to issue 
 backend and strategy, reports per-step host time (issuing the forward) and device time (CUDA
 events), then profiles a few more runs with cProfile and prints the functions that own the time.
 
+It also runs on the package layout from before attnbench was split into rooms (attnbench.e2e_cmd,
+attnbench.engine, attnbench.model), so one script measures a change before and after: put the
+older `attnbench/` first on PYTHONPATH.
+
 Usage (GPU): python3 benchmarks/e2e_host_profile.py --model llama-7b --backend vllm-fa2 --strategy unified
 """
 
@@ -16,11 +20,20 @@ import io
 import pstats
 import statistics
 
+import math
+
 import torch
 
-from attnbench.e2e.model import ModelArgs, random_model
-from attnbench.e2e.runner import ModelEngines
-from attnbench.e2e.scheduler import make_prompts
+try:
+    from attnbench.e2e.model import ModelArgs, random_model
+    from attnbench.e2e.runner import ModelEngines
+    from attnbench.e2e.scheduler import make_prompts
+except ImportError:  # the flat layout before the rooms: for a before/after run
+    from attnbench.e2e_cmd import Runner as ModelEngines
+    from attnbench.engine import make_prompts
+    from attnbench.model import ModelArgs, random_model
+
+ATTENTION_CALL = ("attention.py", "attention_ops.py")  # PagedAttention.__call__, now and before
 
 
 def main() -> None:
@@ -47,16 +60,22 @@ def main() -> None:
     for kind in ("prefill", "decode"):
         mine = [s for s in steps if s.kind == kind]
         if mine:
+            issue = statistics.median(getattr(s, "launch_host_us", math.nan) for s in mine)
             print(f"{kind}: {len(mine)} steps, p50 host before launch {statistics.median(s.host_us for s in mine):.0f} us, "
-                  f"issuing the forward {statistics.median(s.launch_host_us for s in mine):.0f} us, "
-                  f"device {statistics.median(s.device_ms for s in mine):.3f} ms")
+                  f"issuing the forward {issue:.0f} us, device {statistics.median(s.device_ms for s in mine):.3f} ms")
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(args.runs):
         engine.generate(prompts, args.output_len)
     profiler.disable()
+    stats = pstats.Stats(profiler)
+    for (path, _, name), (_, calls, _, cumulative, _) in stats.stats.items():
+        if path.endswith(ATTENTION_CALL) and name == "__call__":
+            print(f"attention callable (write K/V + attention, per layer): {calls} calls, "
+                  f"{cumulative / calls * 1e6:.1f} us each under cProfile")
     text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(args.top)
+    stats.stream = text
+    stats.sort_stats("tottime").print_stats(args.top)
     print(text.getvalue())
 
 

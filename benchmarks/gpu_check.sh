@@ -5,7 +5,8 @@
 #   e2e    attnbench e2e --model llama-7b --backend vllm-fa2,vllm-fa3 on the seed lengths, bs 1/8/32
 #   seed   scenarios/seed-kernel-table.toml: BASELINE's code, this code, this code again; compare both
 #   host   eager llama-7b prefill steps (32 tokens x bs 1, 8): host time to issue a step, BASELINE vs this
-#   hostprof  where an eager llama-7b step's host time goes (cProfile), vllm-fa2 unified and vllm-fa3 split
+#   hostprof  where an eager llama-7b step's host time goes (cProfile), split, vllm-fa2 and vllm-fa3,
+#          BASELINE vs this
 # BASELINE is a directory holding another version's `attnbench/` package (e.g. made with
 # `git archive <commit> attnbench | tar -x -C .baseline`); parts that need it skip without it.
 # Usage, from the repo root: source .device/bootstrap.sh && OUT=$OUT bash benchmarks/gpu_check.sh tests e2e
@@ -30,7 +31,10 @@ step() {  # step NAME LIMIT_S CMD...: run under timeout, log to $OUT/NAME.log, s
   echo "== $name: rc=$rc, done at $((SECONDS - start))s" | tee -a "$SUMMARY"
   tail -n 3 "$OUT/$name.log"
 }
-old=(env "PYTHONPATH=$BASELINE:$PYTHONPATH")  # prefix: the same command on BASELINE's package
+ROOT=$PWD
+# prefix: the same command on BASELINE's package. It runs from BASELINE, because `python -m` puts the
+# working directory first on sys.path (before PYTHONPATH): from ROOT it would import this package.
+old=(env "PYTHONPATH=$BASELINE:$PYTHONPATH" bash -c 'cd "$0" && exec "$@"' "$BASELINE")
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used,memory.total --format=csv,noheader | tee -a "$SUMMARY"
 for part in "$@"; do
@@ -40,17 +44,17 @@ for part in "$@"; do
         tests/test_backend_contract.py tests/test_profiling.py tests/test_cli_kernel.py
       grep -E "passed|failed|error" "$OUT/pytest.log" | tail -n 1 >> "$SUMMARY" ;;
     e2e)
-      step e2e 420 python3 -m attnbench e2e --model llama-7b --backend vllm-fa2,vllm-fa3 --input-len 32,512 \
+      step e2e 380 python3 -m attnbench e2e --model llama-7b --backend vllm-fa2,vllm-fa3 --input-len 32,512 \
         --output-len 128,32 --batch-size 1,8,32 --warmup 2 --iters 5 --out "$RUN/e2e"
       [ -d "$RUN/e2e" ] && tar -C "$RUN" -czf "$OUT/e2e-results.tgz" e2e
       [ -f "$RUN/e2e/summary.md" ] && awk '/^\| backend \| mode \| input len/{on=1} on&&!/^\|/{exit} on' \
         "$RUN/e2e/summary.md" >> "$SUMMARY"
       grep -oE ': (match|near-tie|MISMATCH|non-finite) ' "$OUT/e2e.log" | sort | uniq -c >> "$SUMMARY" ;;
     seed)
-      [ -n "$BASELINE" ] && step seed-before 120 "${old[@]}" python3 -m attnbench run scenarios/seed-kernel-table.toml \
+      [ -n "$BASELINE" ] && step seed-before 70 "${old[@]}" python3 -m attnbench run "$ROOT/scenarios/seed-kernel-table.toml" \
         --out "$RUN/seed-before"
-      step seed-after 120 python3 -m attnbench run scenarios/seed-kernel-table.toml --out "$RUN/seed-after"
-      step seed-repeat 120 python3 -m attnbench run scenarios/seed-kernel-table.toml --out "$RUN/seed-repeat"
+      step seed-after 70 python3 -m attnbench run scenarios/seed-kernel-table.toml --out "$RUN/seed-after"
+      step seed-repeat 70 python3 -m attnbench run scenarios/seed-kernel-table.toml --out "$RUN/seed-repeat"
       tar -C "$RUN" -czf "$OUT/seed-results.tgz" $(cd "$RUN" && ls -d seed-*)
       [ -n "$BASELINE" ] && step compare-before-after 60 python3 -m attnbench compare "$RUN/seed-before" \
         "$RUN/seed-after" --threshold 3% --markdown "$OUT/compare-before-after.md"
@@ -74,9 +78,12 @@ for name in ("host-before", "host-after"):
 PY
       ;;
     hostprof)
-      step hostprof-fa2-unified 120 python3 benchmarks/e2e_host_profile.py --backend vllm-fa2 --strategy unified
-      step hostprof-fa3-split 120 python3 benchmarks/e2e_host_profile.py --backend vllm-fa3 --strategy split
-      grep -hE "^(prefill|decode):" "$OUT"/hostprof-*.log >> "$SUMMARY" ;;
+      for backend in vllm-fa2 vllm-fa3; do
+        prof=(python3 "$ROOT/benchmarks/e2e_host_profile.py" --backend $backend --strategy split --runs 5)
+        [ -n "$BASELINE" ] && step hostprof-before-$backend 90 "${old[@]}" "${prof[@]}"
+        step hostprof-after-$backend 90 "${prof[@]}"
+      done
+      grep -HE "^(prefill|decode|attention)" "$OUT"/hostprof-*.log | sed "s|$OUT/||" >> "$SUMMARY" ;;
     *) echo "unknown part $part (tests, e2e, seed, host, hostprof)" ;;
   esac
 done
