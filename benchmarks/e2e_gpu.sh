@@ -18,16 +18,7 @@ BUDGET=450  # seconds for everything: 8 minutes less the kill grace of the timeo
 start=$SECONDS
 left() { echo $((BUDGET - (SECONDS - start) - ${1:-0})); }
 
-step() {  # step NAME LIMIT_S CMD...: run under timeout, log to $OUT/NAME.log, show its tail
-  local name=$1 limit=$2
-  shift 2
-  echo "== $name: limit ${limit}s, at $((SECONDS - start))s"
-  timeout -k 10 "$limit" "$@" >"$OUT/$name.log" 2>&1
-  local rc=$?
-  [ $rc -eq 124 ] && echo "$name: TIMED OUT after ${limit}s" | tee -a "$OUT/$name.log"
-  echo "== $name: rc=$rc, done at $((SECONDS - start))s"
-  tail -n 4 "$OUT/$name.log"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/step.sh"
 
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
 

@@ -21,16 +21,7 @@ start=$SECONDS
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 
-step() {  # step NAME LIMIT_S CMD...: run under timeout, log to $OUT/NAME.log, show its tail
-  local name=$1 limit=$2
-  shift 2
-  echo "== $name: limit ${limit}s, at $((SECONDS - start))s"
-  timeout -k 10 "$limit" "$@" >"$OUT/$name.log" 2>&1
-  local rc=$?
-  [ $rc -eq 124 ] && echo "$name: TIMED OUT after ${limit}s" | tee -a "$OUT/$name.log"
-  echo "== $name: rc=$rc, done at $((SECONDS - start))s" | tee -a "$SUMMARY"
-  tail -n 3 "$OUT/$name.log"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/step.sh"
 ROOT=$PWD
 # prefix: the same command on BASELINE's package. It runs from BASELINE, because `python -m` puts the
 # working directory first on sys.path (before PYTHONPATH): from ROOT it would import this package.

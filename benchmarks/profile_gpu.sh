@@ -17,16 +17,7 @@ BUDGET=520
 start=$SECONDS
 left() { echo $((BUDGET - (SECONDS - start) - ${1:-0})); }
 
-step() {  # step NAME LIMIT_S CMD...: run under timeout, log to $OUT/NAME.log, show its tail
-  local name=$1 limit=$2
-  shift 2
-  echo "== $name: limit ${limit}s, at $((SECONDS - start))s"
-  timeout -k 10 "$limit" "$@" >"$OUT/$name.log" 2>&1
-  local rc=$?
-  [ $rc -eq 124 ] && echo "$name: TIMED OUT after ${limit}s" | tee -a "$OUT/$name.log"
-  echo "== $name: rc=$rc, done at $((SECONDS - start))s"
-  tail -n 3 "$OUT/$name.log"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/step.sh"
 
 pack() {  # pack NAME: $RUN/NAME -> $OUT/NAME.tgz, under the 16 MiB a returned file may have
   local name=$1 tgz="$OUT/$1.tgz"

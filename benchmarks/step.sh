@@ -1,0 +1,13 @@
+# Sourced by the GPU scripts: `step NAME LIMIT_S CMD...` runs CMD under timeout, logs it to
+# $OUT/NAME.log, shows its tail, and (when SUMMARY names a file) appends the outcome there.
+# Needs OUT and start (the script's $SECONDS at its start).
+step() {
+  local name=$1 limit=$2
+  shift 2
+  echo "== $name: limit ${limit}s, at $((SECONDS - start))s"
+  timeout -k 10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  [ $rc -eq 124 ] && echo "$name: TIMED OUT after ${limit}s" | tee -a "$OUT/$name.log"
+  echo "== $name: rc=$rc, done at $((SECONDS - start))s" | tee -a "${SUMMARY:-/dev/null}"
+  tail -n 3 "$OUT/$name.log"
+}
