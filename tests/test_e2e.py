@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.cli.main import app
 from attnbench.e2e.runner import ModelEngines
-from attnbench.e2e.report import compare_runs
+from attnbench.e2e.report import compare_generations
 from attnbench.e2e.engine import Engine, graph_buckets
 from attnbench.e2e.scheduler import KVCache, Sequence, make_prompts, schedule
 from attnbench.e2e.model import ModelArgs, random_model
@@ -90,7 +90,7 @@ def _logits(requests=4, steps=10, vocab=50, seed=0):
 def test_identical_runs_match():
     logits = _logits()
     tokens = logits.argmax(-1).tolist()
-    result = compare_runs(tokens, logits, tokens, logits.clone())
+    result = compare_generations(tokens, logits, tokens, logits.clone())
     assert (result.verdict, result.tokens_equal, result.first_divergence, result.max_logit_diff) == ("match", 1.0, "", 0.0)
 
 
@@ -105,7 +105,7 @@ def test_a_planted_near_tie_flip_is_found_and_called_a_near_tie():
     other[2, 5, top2[1]] = ref[2, 5, top2[0]] + 0.01
     tokens[2][5:] = [int(top2[1])] + [(t + 1) % 50 for t in ref_tokens[2][6:]]
     other[2, 6:] = _logits(seed=2)[2, 6:]  # inputs differ after the flip: logits no longer comparable
-    result = compare_runs(ref_tokens, ref, tokens, other)
+    result = compare_generations(ref_tokens, ref, tokens, other)
     assert result.first_divergence == "request 2 step 5"
     assert result.diverged_requests == 1
     assert result.tokens_equal == pytest.approx(1 - 5 / 40)
@@ -117,7 +117,7 @@ def test_a_planted_near_tie_flip_is_found_and_called_a_near_tie():
 def test_garbage_logits_are_a_mismatch_even_with_equal_tokens():
     ref = _logits()
     tokens = ref.argmax(-1).tolist()
-    assert compare_runs(tokens, ref, tokens, _logits(seed=9)).verdict == "MISMATCH"
+    assert compare_generations(tokens, ref, tokens, _logits(seed=9)).verdict == "MISMATCH"
 
 
 def test_non_finite_logits_fail():
@@ -125,7 +125,7 @@ def test_non_finite_logits_fail():
     other = ref.clone()
     other[1, 3, 7] = float("nan")
     tokens = ref.argmax(-1).tolist()
-    assert compare_runs(tokens, ref, tokens, other).verdict == "non-finite"
+    assert compare_generations(tokens, ref, tokens, other).verdict == "non-finite"
 
 
 # --- the command ------------------------------------------------------------------------------
@@ -227,7 +227,7 @@ class TestGPU:
         oracle = make_engine(model, "unified", "reference", chunk_size=chunk_size).generate(prompts, 24, record_logits=True)
         ref = runs[("unified", False)]
         for key, run in [*runs.items(), (("reference", False), oracle)]:
-            result = compare_runs(ref.tokens, ref.logits, run.tokens, run.logits)
+            result = compare_generations(ref.tokens, ref.logits, run.tokens, run.logits)
             assert result.verdict in ("match", "near-tie"), (key, result)
             assert result.max_logit_diff < 0.1 * result.logit_scale, (key, result)
 
@@ -241,7 +241,7 @@ class TestGPU:
         monkeypatch.setattr(broken, "_kv_buffers", lambda md: (torch.zeros_like(Engine._kv_buffers(md)[0]),
                                                                 Engine._kv_buffers(md)[1]))
         run = broken.generate(prompts, 8, record_logits=True)
-        assert compare_runs(eager.tokens, eager.logits, run.tokens, run.logits).verdict == "MISMATCH"
+        assert compare_generations(eager.tokens, eager.logits, run.tokens, run.logits).verdict == "MISMATCH"
 
     def test_cli_runs_with_graphs(self, backend, tmp_path):
         out = tmp_path / "run"

@@ -43,7 +43,7 @@ class Agreement:
         return asdict(self)
 
 
-def compare_runs(ref_tokens: list[list[int]], ref_logits: torch.Tensor, tokens: list[list[int]],
+def compare_generations(ref_tokens: list[list[int]], ref_logits: torch.Tensor, tokens: list[list[int]],
                  logits: torch.Tensor, tolerance: float = LOGIT_TOLERANCE) -> Agreement:
     """Agreement of a run with a reference run; logits are [request, step, vocab]."""
     ref_t, other_t = torch.tensor(ref_tokens), torch.tensor(tokens)
@@ -105,7 +105,7 @@ def run_metrics(runs, batch_size: int, output_len: int) -> dict:
 
 # --- tables ----------------------------------------------------------------------------------
 
-POINT = ["input_len", "output_len", "batch_size"]
+E2E_POINT = ["input_len", "output_len", "batch_size"]
 
 
 def e2e_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -113,7 +113,7 @@ def e2e_table(df: pd.DataFrame) -> pd.DataFrame:
     measured = df[df["verdict"].isin(["pass", "fail"])]
     if measured.empty:
         return pd.DataFrame()
-    index = ["backend", "mode", *POINT]
+    index = ["backend", "mode", *E2E_POINT]
     p50 = measured.pivot_table(index=index, columns="strategy", values="request_p50_s", aggfunc="first")
     table = pd.DataFrame(index=p50.index)
     table["unified p50 s"] = p50.get("unified")
@@ -125,7 +125,7 @@ def e2e_table(df: pd.DataFrame) -> pd.DataFrame:
                                                "batch_size": "batch size"})
 
 
-def markdown(df: pd.DataFrame, floats: str = "{:.4f}") -> str:
+def e2e_markdown(df: pd.DataFrame, floats: str = "{:.4f}") -> str:
     if df.empty:
         return "_no rows_\n"
     cell = lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else (  # noqa: E731
@@ -134,14 +134,14 @@ def markdown(df: pd.DataFrame, floats: str = "{:.4f}") -> str:
     return "\n".join(md_lines(df.columns, rows)) + "\n"
 
 
-STEP_COLUMNS = ["backend", "strategy", "mode", *POINT, "prefill_step_p50_ms", "mixed_step_p50_ms",
+STEP_COLUMNS = ["backend", "strategy", "mode", *E2E_POINT, "prefill_step_p50_ms", "mixed_step_p50_ms",
                 "decode_step_p50_ms", "host_us_per_step", "prefill_launch_host_us", "decode_launch_host_us",
                 "output_tok_s"]
-AGREEMENT_COLUMNS = [*POINT, "backend", "reference", "run", "verdict", "tokens_equal", "first_divergence",
+AGREEMENT_COLUMNS = [*E2E_POINT, "backend", "reference", "run", "verdict", "tokens_equal", "first_divergence",
                      "max_logit_diff", "logit_scale", "margin_at_divergence"]
 
 
-def write_summary(df: pd.DataFrame, agreement: pd.DataFrame, out_dir: Path, env: dict) -> Path:
+def write_e2e_summary(df: pd.DataFrame, agreement: pd.DataFrame, out_dir: Path, env: dict) -> Path:
     e2e = env.get("e2e", {})
     gpu = (env.get("gpu") or {}).get("name", "CPU")
     notes = df["graph_note"].dropna().unique() if "graph_note" in df else []
@@ -156,24 +156,24 @@ def write_summary(df: pd.DataFrame, agreement: pd.DataFrame, out_dir: Path, env:
         f"- small elementwise ops (RMSNorm, RoPE, SiLU-and-mul): {e2e.get('fused_ops')}",
         "- request latency: run start to the request's last token; split / unified > 1 means unified is faster",
         "",
-        markdown(e2e_table(df)),
+        e2e_markdown(e2e_table(df)),
         "## Step latency (p50; CUDA events on a GPU, perf_counter on the CPU; host = schedule + prepare + "
         "upload + plan; launch host = issuing the step's forward)\n",
-        markdown(df[[c for c in STEP_COLUMNS if c in df]], "{:.3f}"),
+        e2e_markdown(df[[c for c in STEP_COLUMNS if c in df]], "{:.3f}"),
         f"## Agreement of greedy tokens (MISMATCH: logit difference > {LOGIT_TOLERANCE} x logit spread "
         "where both runs had the same inputs)\n",
-        markdown(agreement[[c for c in AGREEMENT_COLUMNS if c in agreement]], "{:.4g}") if not agreement.empty else "_none_\n",
+        e2e_markdown(agreement[[c for c in AGREEMENT_COLUMNS if c in agreement]], "{:.4g}") if not agreement.empty else "_none_\n",
     ]
     problems = df[df["verdict"] != "pass"]
     if not problems.empty:
         lines += ["## Rows that did not pass\n",
-                  markdown(problems[["backend", "strategy", "mode", *POINT, "verdict", "reason"]])]
+                  e2e_markdown(problems[["backend", "strategy", "mode", *E2E_POINT, "verdict", "reason"]])]
     path = out_dir / "summary.md"
     path.write_text("\n".join(lines))
     return path
 
 
-def plot(df: pd.DataFrame, out_dir: Path) -> list[Path]:
+def plot_e2e(df: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Latency vs batch size per strategy, and split / unified, one panel per (input, output)."""
     import matplotlib
 
@@ -224,9 +224,9 @@ def write_e2e_outputs(out_dir: Path, env: dict, console: Console) -> Path:
     agreement_path = out_dir / "agreement.csv"
     agreement = pd.read_csv(agreement_path) if agreement_path.exists() else pd.DataFrame()
     write_parquet(df, out_dir)
-    summary = write_summary(df, agreement, out_dir, env)
-    plots = plot(df, out_dir)
-    console.print(markdown(e2e_table(df)), highlight=False, soft_wrap=True)
+    summary = write_e2e_summary(df, agreement, out_dir, env)
+    plots = plot_e2e(df, out_dir)
+    console.print(e2e_markdown(e2e_table(df)), highlight=False, soft_wrap=True)
     if not agreement.empty:
         for a in agreement.itertuples(index=False):
             console.print(f"agreement in {a.input_len}/{a.output_len} batch {a.batch_size} {a.backend}: "

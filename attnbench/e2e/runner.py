@@ -23,7 +23,7 @@ from attnbench.e2e.attention import PagedAttention
 from attnbench.e2e.checkpoint import load_hf_checkpoint, read_hf_config
 from attnbench.e2e.engine import GRAPH_NOTE, Engine, estimate_bytes, graph_buckets
 from attnbench.e2e.model import PRESETS, ModelArgs, Transformer, fused, random_model
-from attnbench.e2e.report import FAILING, compare_runs, run_metrics, worst, write_e2e_outputs
+from attnbench.e2e.report import FAILING, compare_generations, run_metrics, worst, write_e2e_outputs
 from attnbench.e2e.scheduler import KVCache, make_prompts
 from attnbench.errors import AttnbenchError, UsageError, error_reason
 from attnbench.kernels.backends.base import STRATEGIES
@@ -72,7 +72,7 @@ def length_pairs(args: E2EArgs) -> list[tuple[int, int]]:
     return list(zip(ins, outs))
 
 
-def validate(args: E2EArgs) -> None:
+def validate_args(args: E2EArgs) -> None:
     checks = [("--input-len", args.input_lens), ("--output-len", args.output_lens), ("--batch-size", args.batch_sizes),
               ("--chunk-size", [] if args.chunk_size is None else [args.chunk_size]), ("--iters", [args.iters]), ("--block-size", [args.block_size])]
     for flag, values in checks:
@@ -151,7 +151,7 @@ def graph_mode(backend: str, device: torch.device, eager: bool, max_num_seqs: in
 
 
 def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
-    validate(args)
+    validate_args(args)
     pairs = length_pairs(args)
     device = resolve_device(args.device)
     margs, path = resolve_model(args.model)
@@ -253,7 +253,7 @@ def run_point(engines: ModelEngines, args: E2EArgs, plans: dict, fields: dict,
             ref, run = checks.get((backend, ref_s, ref_m)), checks.get((backend, run_s, run_m))
             if ref is None or run is None:
                 continue
-            result = compare_runs(ref.tokens, ref.logits, run.tokens, run.logits)
+            result = compare_generations(ref.tokens, ref.logits, run.tokens, run.logits)
             agreements.append({**{k: fields[k] for k in ("input_len", "output_len", "batch_size")}, "backend": backend,
                                "reference": f"{ref_s} {ref_m}", "run": f"{run_s} {run_m}", **result.row()})
     for row in rows:
