@@ -18,6 +18,8 @@ def resolve_device(name: str) -> torch.device:
         raise UsageError("--device: CUDA was asked for but no GPU is visible")
     if device.type not in ("cuda", "cpu"):
         raise UsageError(f"--device: {name!r} is not supported; use cuda or cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UsageError(f"--device: {name} does not exist; this machine has {torch.cuda.device_count()} GPU(s)")
     return device
 
 

@@ -6,9 +6,19 @@ import traceback
 class AttnbenchError(Exception):
     """A problem the user can fix: bad input, a missing library, a run that cannot fit."""
 
+    exit_code = 1
+
 
 class UsageError(AttnbenchError):
     """A flag has a bad value; the message names the flag."""
+
+
+class Interrupted(AttnbenchError):
+    """Ctrl-C or SIGTERM ended a run; what it had measured was kept. Exit 128 + the signal."""
+
+    def __init__(self, message: str, signal_number: int):
+        super().__init__(message)
+        self.exit_code = 128 + signal_number
 
 
 class UnsupportedError(AttnbenchError):

@@ -8,10 +8,11 @@ from typing import Annotated, Optional
 import typer
 
 from attnbench.cli.common import command_line, user_errors
-from attnbench.cli.flags import parse_list
+from attnbench.cli.flags import e2e_args
 from attnbench.console import make_console
 from attnbench.e2e.model import PRESETS
-from attnbench.e2e.runner import SEED_BATCH_SIZES, SEED_INPUT_LENS, SEED_OUTPUT_LENS, E2EArgs, run_e2e
+from attnbench.e2e.job import run_e2e
+from attnbench.e2e.runner import SEED_BATCH_SIZES, SEED_INPUT_LENS, SEED_OUTPUT_LENS
 
 
 def e2e(
@@ -31,6 +32,8 @@ def e2e(
     device: Annotated[str, typer.Option(help="auto, cuda, cuda:N or cpu. Example: --device cpu")] = "auto",
     out: Annotated[Optional[Path], typer.Option(help="Results directory (default results/<time>-<gpu>-e2e). Example: --out runs/h200-e2e")] = None,
     profile: Annotated[bool, typer.Option(help="After each row's measured runs, profile one more request run with torch.profiler: traces under <out>/profile, kernel breakdown and the attention kernels' share in profile_kernels.csv and profile.md. Example: --profile")] = False,
+    force: Annotated[bool, typer.Option(help="Run into an --out that holds an earlier run, removing the files attnbench wrote there first (other files stay). Example: --force")] = False,
+    resume: Annotated[Optional[Path], typer.Option(help="Finish an interrupted run: the same flags, and the directory it wrote; only the points it lacks are measured (refused if the GPU or library versions differ). Example: --resume results/20261130-h200-e2e")] = None,
 ) -> None:
     """Request latency of a whole model, unified vs split attention: p50/p90/p99 request latency,
     prefill/decode step times, tokens/s, and greedy-token agreement between the runs.
@@ -42,12 +45,7 @@ def e2e(
     attnbench e2e --model qwen-14b --input-len 512 --output-len 32 --chunk-size 256;
     attnbench e2e --model ./checkpoints/my-llama --eager
     """
+    values = dict(locals())  # every flag, by parameter name
     console = make_console()
     with user_errors(console):
-        args = E2EArgs(
-            model=model, input_lens=parse_list(input_len, "--input-len"), output_lens=parse_list(output_len, "--output-len"),
-            batch_sizes=parse_list(batch_size, "--batch-size"), chunk_size=chunk_size,
-            strategies=parse_list(strategy, "--strategy", str), backends=parse_list(backend, "--backend", str) if backend else None,
-            eager=eager, dtype=dtype, block_size=block_size, warmup=warmup, iters=iters, seed=seed, device=device, out=out,
-            profile=profile)
-        run_e2e(args, console, command=command_line())
+        run_e2e(e2e_args(values), console, command=command_line())

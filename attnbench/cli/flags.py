@@ -1,4 +1,9 @@
-"""Flag values -> typed arguments: one parser for the command line and for scenario files."""
+"""Flag values -> typed arguments: one parser for the command line and for scenario files.
+
+A list flag is a comma-separated string on the command line and a string, a number or a list in
+a scenario file; both become the same typed list here, and the args' validators
+(kernels.plan.plan_sweep, e2e.runner.validate_args) then check every value.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +11,18 @@ import dataclasses
 import itertools
 import re
 
+from attnbench.e2e.runner import E2EArgs
 from attnbench.errors import AttnbenchError, UsageError
-from attnbench.kernels.plan import KernelArgs
+from attnbench.kernels.plan import KernelArgs, check_unique
 
 # kernel flags parsed into a list-valued KernelArgs field:
 # flag -> (field, element type, None when empty)
 LIST_FLAGS = {"tokens": ("tokens", int, True), "kind": ("kinds", str, False), "strategy": ("strategies", str, False),
               "backend": ("backends", str, True), "mode": ("modes", str, True),
               "prefix_ratio": ("prefix_ratios", float, False)}
+E2E_LIST_FLAGS = {"input_len": ("input_lens", int, False), "output_len": ("output_lens", int, False),
+                  "batch_size": ("batch_sizes", int, False), "strategy": ("strategies", str, False),
+                  "backend": ("backends", str, True)}
 
 def parse_list(text: str, flag: str, cast=int) -> list:
     try:
@@ -34,26 +43,40 @@ def parse_shapes(shapes: str | None, heads: str | None, dim: str | None) -> list
             if not m:
                 raise UsageError(f"--shapes: expected HEADSxDIM pairs such as 12x64,32x128, got {part!r}")
             pairs.append((int(m.group(1)), int(m.group(2))))
+        check_unique(pairs, "--shapes", lambda shape: f"{shape[0]}x{shape[1]}")
         return pairs
     if heads is None or dim is None:
         raise UsageError("--heads and --dim: both are needed (or --shapes 32x128,...), e.g. --heads 32 --dim 128")
-    return list(itertools.product(parse_list(heads, "--heads"), parse_list(dim, "--dim")))
+    heads_list, dims = parse_list(heads, "--heads"), parse_list(dim, "--dim")
+    check_unique(heads_list, "--heads")
+    check_unique(dims, "--dim")
+    return list(itertools.product(heads_list, dims))
 
 
-def kernel_args(values: dict) -> KernelArgs:
-    """KernelArgs from the kernel command's parameter values (the CLI's, or a scenario's)."""
-    fields = {f.name for f in dataclasses.fields(KernelArgs)}
-    args = {"shapes": parse_shapes(values["shapes"], values["heads"], values["dim"])}
+def typed_fields(values: dict, cls, list_flags: dict, command: str) -> dict:
+    """The fields of `cls` from a command's parameter values: list flags parsed, the rest as given."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    args = {}
     for param, value in values.items():
-        if param in ("shapes", "heads", "dim"):
-            continue
-        if param in LIST_FLAGS:
-            field, cast, optional = LIST_FLAGS[param]
+        if param in list_flags:
+            field, cast, optional = list_flags[param]
             empty = value is None or value == ""
             args[field] = None if empty and optional else parse_list(value, "--" + param.replace("_", "-"), cast)
         elif param in fields:
             args[param] = value
         else:
-            raise AttnbenchError(f"the kernel flag {param!r} has no KernelArgs field: "
-                                 "attnbench.cli.flags.kernel_args needs to learn it")
-    return KernelArgs(**args)
+            raise AttnbenchError(f"the {command} flag {param!r} has no {cls.__name__} field: "
+                                 "attnbench.cli.flags needs to learn it")
+    return args
+
+
+def kernel_args(values: dict) -> KernelArgs:
+    """KernelArgs from the kernel command's parameter values (the CLI's, or a scenario's)."""
+    rest = {k: v for k, v in values.items() if k not in ("shapes", "heads", "dim")}
+    return KernelArgs(shapes=parse_shapes(values["shapes"], values["heads"], values["dim"]),
+                      **typed_fields(rest, KernelArgs, LIST_FLAGS, "kernel"))
+
+
+def e2e_args(values: dict) -> E2EArgs:
+    """E2EArgs from the e2e command's parameter values (the CLI's, or a scenario's)."""
+    return E2EArgs(**typed_fields(values, E2EArgs, E2E_LIST_FLAGS, "e2e"))

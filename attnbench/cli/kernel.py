@@ -41,6 +41,8 @@ def kernel(
     out: Annotated[Optional[Path], typer.Option(help="Results directory (default results/<time>-<gpu>-kernel). Example: --out runs/h200")] = None,
     json_rows: Annotated[bool, typer.Option("--json", help="Print each row as a JSON line on stdout. Example: --json | jq .median_ms")] = False,
     profile: Annotated[bool, typer.Option(help="After timing each row, run torch.profiler over a few more calls: traces for TensorBoard and Perfetto under <out>/profile, kernel breakdown in profile_kernels.csv and profile.md. Example: --profile")] = False,
+    force: Annotated[bool, typer.Option(help="Run into an --out that holds an earlier run, removing the files attnbench wrote there first (other files stay). Example: --force")] = False,
+    resume: Annotated[Optional[Path], typer.Option(help="Finish an interrupted run: the same flags, and the directory it wrote; only the points it lacks are measured (refused if the GPU or library versions differ). Example: --resume results/20261130-h200-kernel")] = None,
 ) -> None:
     """Sweep query-token counts x heads x head dims over unified and split attention, check every
     result against a float32 reference, time it, and write tables and plots.

@@ -1,16 +1,74 @@
 """The attnbench command line: the Typer app and its commands, each from its own module.
 
 Why a module of its own: the commands import what they run, and nothing imports this module
-back, so the app can list every command explicitly.
+back, so the app can list every command explicitly. It also holds the one place where click's
+parse errors join attnbench's error convention (common.py): one `error:` line on stderr, exit 1.
 """
 
 from __future__ import annotations
 
+import sys
+from typing import Any, Sequence
+
 import typer
+from typer.core import TyperGroup
 
 from attnbench.cli import e2e, kernel, results, run
+from attnbench.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, print_error
+from attnbench.errors import AttnbenchError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+try:  # a recent Typer parses with its own copy of click; an older one with click itself
+    from typer._click import exceptions as click_errors
+except ImportError:
+    from click import exceptions as click_errors
+NO_ARGS_IS_HELP = getattr(click_errors, "NoArgsIsHelpError", ())  # click >= 8.2
+
+
+def click_message(exc: click_errors.ClickException) -> str:
+    """A click error as attnbench words it: the flag first, then what is wrong, then where to look."""
+    param = getattr(exc, "param", None)
+    if isinstance(exc, click_errors.BadParameter) and not isinstance(exc, click_errors.MissingParameter) and param is not None:
+        name = param.opts[0] if param.param_type_name == "option" else param.human_readable_name
+        text = f"{name}: {exc.message}"
+    else:
+        text = exc.format_message()
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click_errors.UsageError) and ctx is not None:
+        text = f"{text.rstrip('.')} (see `{ctx.command_path} --help`)"
+    return text
+
+
+class OneLineErrors(TyperGroup):
+    """The app's group: runs click without its standalone error handling, so that a parse error
+    (click's box, exit 2) becomes the same one `error:` line and exit 1 as any other bad input.
+    `--help` still prints the help and exits 0; bare `attnbench` prints it too and exits 0.
+    Ctrl-C: a KeyboardInterrupt ends with exit 130 (Typer's own mapping, unchanged); click.Abort
+    with one `interrupted` line and exit 130."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        try:
+            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = result if isinstance(result, int) and not isinstance(result, bool) else 0
+        except NO_ARGS_IS_HELP as exc:
+            if exc.format_message().strip():  # Typer's rich help has printed itself already
+                typer.echo(exc.format_message())
+            code = 0
+        except click_errors.ClickException as exc:  # UsageError, BadParameter, NoSuchOption, MissingParameter...
+            print_error(click_message(exc))
+            code = EXIT_USAGE
+        except AttnbenchError as exc:  # a command that forgot `user_errors`: the same line all the same
+            print_error(str(exc))
+            code = exc.exit_code
+        except typer.Abort:
+            typer.echo("interrupted", err=True)
+            code = EXIT_INTERRUPTED
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+app = typer.Typer(cls=OneLineErrors, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Benchmark LLM attention kernels: one paged varlen call (unified) vs kvcache + varlen (split).")
 
 app.command()(kernel.kernel)

@@ -1,17 +1,21 @@
 """`attnbench compare`, `export` and `plot`: commands over saved results, no GPU needed.
 
-Thin typed commands; the work is in compare.py (statistics, Markdown for PRs) and export.py
-(formats, plots). A CI job runs a scenario on a GPU runner once, then gates and publishes with these.
+Thin typed commands; the work is in read.py (what a results file is, checked), compare.py
+(statistics, Markdown for PRs) and export.py (formats, plots). A CI job runs a scenario on a GPU
+runner once, then gates and publishes with these. Kernel sweeps and e2e runs are both accepted;
+one command never mixes the two.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from attnbench.cli.common import fail, user_errors
@@ -19,13 +23,14 @@ from attnbench.cli.flags import parse_list
 from attnbench.console import make_console
 from attnbench.errors import UsageError
 from attnbench.results import compare as cmp
-from attnbench.results.export import FORMATS, plot_results
+from attnbench.results.export import FORMATS, plot_results, write_output
+from attnbench.results.read import load_run, one_kind
 
 VERDICT_STYLE = {"slower": "bold red", "faster": "green", "same": "dim", "noisy": "yellow"}
 
 
 def compare(
-    base: Annotated[Path, typer.Argument(help="Baseline: a results directory, results.csv or results.parquet.")],
+    base: Annotated[Path, typer.Argument(help="Baseline: a results directory (its results.csv), results.csv or results.parquet, of a kernel sweep or an e2e run.")],
     new: Annotated[Path, typer.Argument(help="Candidate, as BASE.")],
     threshold: Annotated[str, typer.Option(help="Smallest change that counts. Example: --threshold 3%")] = "5%",
     markdown: Annotated[Optional[Path], typer.Option(help="Also write a Markdown report for a PR comment. Example: --markdown compare.md")] = None,
@@ -35,22 +40,26 @@ def compare(
     or a row that passed the accuracy check in BASE fails it (or errors) in NEW.
 
     Rows match on their configuration key. Per row: the ratio new / base of the median, an interval
-    for it from the stored samples, and a verdict: slower, faster, same or noisy.
+    for it from the stored samples, and a verdict: slower, faster, same or noisy. e2e runs compare
+    their p50 request latency (median only: they store no samples).
 
     Example: attnbench compare results/main results/pr --threshold 5% --markdown compare.md
     """
     console = make_console()
     with user_errors(console):
-        key = cmp.match_columns(parse_list(ignore, "--ignore", str) if ignore else None)
-        result = cmp.compare_runs(cmp.load(base, "BASE"), cmp.load(new, "NEW"), cmp.parse_threshold(threshold), key)
-        env_diff = cmp.env_differences(cmp.load_env(base), cmp.load_env(new))
+        smallest = cmp.parse_threshold(threshold)
+        ignored = parse_list(ignore, "--ignore", str) if ignore is not None else None
+        runs = [load_run(base, "BASE"), load_run(new, "NEW")]
+        kind = one_kind(runs, "compare")
+        key = cmp.match_columns(ignored, kind)
+        result = cmp.compare_runs(runs[0].rows, runs[1].rows, smallest, key, kind)
+        env_diff = cmp.env_differences(cmp.load_env(base, "BASE"), cmp.load_env(new, "NEW"))
         if markdown:
-            markdown.write_text(cmp.markdown(result, env_diff))
+            write_output(markdown, cmp.markdown(result, env_diff), "--markdown", runs)
     print_comparison(console, result, env_diff)
     if markdown:
-        console.print(f"markdown: {markdown}")
-    for label in result.broken():
-        console.print(f"[bold red]correctness regression:[/] {label} passed in BASE, not in NEW")
+        console.print(f"markdown: {escape(str(markdown))}", highlight=False)
+    print_regressions(console, result)
     if result.regressed:
         raise typer.Exit(1)
 
@@ -59,13 +68,13 @@ def print_comparison(console: Console, result, env_diff) -> None:
     if env_diff:
         env_table = Table("environment", "base", "new", title="environments differ")
         for key, b, n in env_diff:
-            env_table.add_row(key, str(b), str(n))
+            env_table.add_row(escape(key), escape(str(b)), escape(str(n)))
         console.print(env_table)
-    table = Table("row", "base ms", "new ms", "new / base", "interval", "verdict")
+    table = Table("row", f"base {result.unit}", f"new {result.unit}", "new / base", "interval", "verdict")
     marks = {"bootstrap": "", "p10-p90": "*", "median only": "**"}
     for r in result.rows.itertuples(index=False):
-        check = "" if r.check == "pass" else f" (new: check {r.check})"
-        table.add_row(r.label, f"{r.base_ms:.4f}", f"{r.new_ms:.4f}", f"{r.ratio:.3f}",
+        check = "" if r.check == "pass" else f" (new: check {escape(str(r.check))})"
+        table.add_row(escape(r.label), f"{r.base_time:.4f}", f"{r.new_time:.4f}", f"{r.ratio:.3f}",
                       f"{r.ci_low:.3f}-{r.ci_high:.3f}{marks[r.method]}",
                       f"[{VERDICT_STYLE[r.verdict]}]{r.verdict}[/]{check}")
     console.print(table)
@@ -74,15 +83,20 @@ def print_comparison(console: Console, result, env_diff) -> None:
         console.print("interval: bootstrap over the samples; * p10..p90 spread (too few samples); "
                       "** median only (no spread stored)", highlight=False)
     for line in result.unmatched():
-        console.print(f"[yellow]{line}[/]", soft_wrap=True, highlight=False)
+        console.print(f"[yellow]{escape(line)}[/]", soft_wrap=True, highlight=False)
     style = "bold red" if result.regressed else "green"
     console.print(f"[{style}]{cmp.summary_line(result)}[/]")
 
 
+def print_regressions(console: Console, result) -> None:
+    for label in result.broken():
+        console.print(f"[bold red]correctness regression:[/] {escape(label)} passed in BASE, not in NEW")
+
+
 def export(
-    results: Annotated[Path, typer.Argument(help="A results directory, results.csv or results.parquet.")],
+    results: Annotated[Path, typer.Argument(help="A results directory (its results.csv), results.csv or results.parquet, of a kernel sweep or an e2e run.")],
     fmt: Annotated[str, typer.Option("--format", help="gab (github-action-benchmark customSmallerIsBetter JSON), md or csv. Example: --format gab")],
-    out: Annotated[Optional[Path], typer.Option(help="Write here instead of stdout. Example: --out bench.json")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Write here instead of stdout (never over the results read). Example: --out bench.json")] = None,
 ) -> None:
     """Write saved results as github-action-benchmark JSON, a Markdown table or CSV.
 
@@ -92,10 +106,12 @@ def export(
     with user_errors(console):
         if fmt not in FORMATS:
             raise UsageError(f"--format: unknown format {fmt!r}; choose {', '.join(FORMATS)}")
-        text = FORMATS[fmt](cmp.load(results, "RESULTS"))
+        run = load_run(results, "RESULTS")
+        text = FORMATS[fmt](run.rows, run.kind)
+        if out:
+            write_output(out, text, "--out", [run])
     if out:
-        out.write_text(text)
-        console.print(f"{fmt}: {out}")
+        console.print(f"{fmt}: {escape(str(out))}", highlight=False)
     else:
         print(text, end="")
 
@@ -114,21 +130,27 @@ def plot(
     console = make_console()
     with user_errors(console):
         labels = run_labels(results, label)
-        runs = [(name, cmp.load(path, "RESULTS")) for name, path in zip(labels, results)]
+        names = ["RESULTS"] if len(results) == 1 else [f"RESULTS {i + 1}" for i in range(len(results))]
+        runs = [load_run(path, name) for path, name in zip(results, names)]
+        kind = one_kind(runs, "plot")
         if out is None:
-            single = len(results) == 1 and results[0].is_dir()
+            single = len(results) == 1 and os.path.isdir(results[0])
             out = results[0] if single else Path("results") / f"{dt.datetime.now():%Y%m%d-%H%M%S}-plots"
-        written = plot_results(runs if len(runs) > 1 else [("", runs[0][1])], out)
+        labelled = [(name, run.rows) for name, run in zip(labels, runs)] if len(runs) > 1 else [("", runs[0].rows)]
+        written = plot_results(labelled, out, kind)
     if not written:
         fail(console, "no timed rows to plot (every row was skipped or failed to run)")
     for path in written:
-        console.print(str(path))
+        console.print(escape(str(path)), highlight=False)
 
 
 def run_labels(results: list[Path], labels: list[str] | None) -> list[str]:
     if labels:
         if len(labels) != len(results):
             raise UsageError(f"--label: got {len(labels)} label(s) for {len(results)} results; give one per results")
+        repeated = [name for name in labels if labels.count(name) > 1]
+        if repeated:
+            raise UsageError(f"--label: {repeated[0]!r} is given twice; each run needs its own label")
         return labels
-    names = [(p if p.is_dir() else p.parent).resolve().name for p in results]
+    names = [Path(os.path.realpath(p if os.path.isdir(p) else p.parent)).name for p in results]
     return [n if names.count(n) == 1 else f"{n}#{i + 1}" for i, n in enumerate(names)]

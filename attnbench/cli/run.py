@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -25,7 +25,8 @@ from attnbench.console import default_out_dir, make_console
 from attnbench.kernels.job import run_kernel
 from attnbench.kernels.plan import KernelArgs, plan_sweep
 from attnbench.kernels.sweep import SweepPlan
-from attnbench.results import files
+from attnbench.errors import Interrupted, UsageError
+from attnbench.results import files, rundir
 from attnbench.results.export import plot_results, to_csv, to_markdown
 
 
@@ -44,6 +45,7 @@ def run(
     console = make_console(True)
     with user_errors(console, prefix=f"{scenario}: "):
         sc = load_scenario(scenario, list(ctx.args))
+        confine_paths_from_file(sc, list(ctx.args))
         console = make_console(bool(sc.values.get("json_rows")))
         plan = preflight(sc) if sc.command == "kernel" else None
         if check:
@@ -80,28 +82,64 @@ def preflight(sc: Scenario) -> ScenarioPlan:
     return ScenarioPlan(torch.cuda.get_device_name(device) if device.type == "cuda" else None, sweeps)
 
 
+def confine_paths_from_file(sc: Scenario, argv: list[str]) -> None:
+    """A scenario file's `out` / `resume` must stay under the working directory: a reviewed file
+    should not write anywhere. Given on the command line, a path is the user's own choice."""
+    for key in ("out", "resume"):
+        value = sc.values.get(key)
+        on_command_line = any(a == f"--{key}" or a.startswith(f"--{key}=") for a in argv)
+        if value is None or on_command_line:
+            continue
+        cwd = Path.cwd().resolve()
+        target = (cwd / Path(value)).resolve()
+        if target != cwd and cwd not in target.parents:
+            raise UsageError(f"{key}: {value} is outside the working directory; a scenario writes under it "
+                             f"(give --{key} on the command line to write elsewhere)")
+
+
 def run_kernel_scenario(sc: Scenario, plan: ScenarioPlan, console: Console) -> Path:
-    out = plan.sweeps[0].args.out or default_out_dir(plan.gpu or "cpu", sc.name)
+    first = plan.sweeps[0].args
+    out = Path(first.resume or first.out or default_out_dir(plan.gpu or "cpu", sc.name))
     command = command_line()
     if len(plan.sweeps) == 1:
-        run_kernel(dataclasses.replace(plan.sweeps[0].args, out=out), console, command)
+        run_kernel(dataclasses.replace(first, out=out if not first.resume else None), console, command)
+        record(sc, out, command)
+        return out
+    # one sweep per context into out/context-*/, merged into out when all are done
+    if first.resume:
+        if not any(out.glob("context-*/results.csv")):
+            raise UsageError(f"--resume: {out} holds no sweep of this scenario to resume")
+        for entry in rundir.attnbench_outputs(out):
+            if not entry.name.startswith("context-"):
+                entry.unlink()
     else:
+        rundir.prepare(out, force=first.force)
+    with rundir.locked(out):
         parts = [out / context_dir(sweep.context) for sweep in plan.sweeps]
         for part, sweep in zip(parts, plan.sweeps):
             console.rule(f"{sc.name}: context {sweep.context}")
-            run_kernel(dataclasses.replace(sweep.args, out=part), console, command)
+            resumable = first.resume and (part / "results.csv").is_file()
+            part_args = dataclasses.replace(sweep.args, out=None if resumable else part,
+                                            resume=part if resumable else None, force=False)
+            try:
+                run_kernel(part_args, console, command)
+            except Interrupted as exc:
+                number = exc.exit_code - 128
+                raise Interrupted(f"interrupted by {signal.Signals(number).name} in context {sweep.context}; {out} "
+                                  f"holds the finished sweeps (finish it with the same flags and --resume {out})",
+                                  number) from None
         merge_runs(parts, out, console)
-    record(sc, out, command)
+        record(sc, out, command)
     return out
 
 
 def merge_runs(parts: list[Path], out: Path, console: Console) -> None:
     """One results directory from several sweeps: rows, parquet, env, summary and plots."""
     df = pd.concat([files.load_results(p / "results.csv") for p in parts], ignore_index=True)
-    (out / "results.csv").write_text(to_csv(df))
+    rundir.write_text_atomic(out / "results.csv", to_csv(df))
     files.write_parquet(df, out)
-    shutil.copyfile(parts[0] / "env.json", out / "env.json")
-    (out / "summary.md").write_text("# attnbench kernel summary\n\n" + to_markdown(df))
+    rundir.write_text_atomic(out / "env.json", (parts[0] / "env.json").read_text())
+    rundir.write_text_atomic(out / "summary.md", "# attnbench kernel summary\n\n" + to_markdown(df))
     plots = plot_results([("", df)], out)
     console.print(f"merged {len(df)} rows of {len(parts)} sweeps: {out}/results.csv, summary.md, env.json, "
                   f"{len(plots)} plot(s)")
@@ -110,7 +148,7 @@ def merge_runs(parts: list[Path], out: Path, console: Console) -> None:
 def record(sc: Scenario, out: Path, command: list[str]) -> None:
     values = {k: str(v) if isinstance(v, Path) else v for k, v in sc.values.items()}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "scenario.json").write_text(json.dumps(
+    rundir.write_text_atomic(out / "scenario.json", json.dumps(
         {"scenario": str(sc.path), "command": " ".join(command), "values": values, "contexts": sc.contexts,
          "text": sc.text}, indent=2) + "\n")
 

@@ -5,8 +5,8 @@ from that command's own CLI definition: a flag added to the CLI is a key at once
 add here. A key may be spelled with dashes or underscores. A list is accepted wherever the flag
 takes a comma-separated list. Precedence: the command's defaults < the file < flags given to
 `attnbench run` (--heads or --dim given there replace the file's `shapes`). The whole file is
-checked before anything runs; an unknown key, a wrong type or a bad value is refused with the
-key's name.
+checked before anything runs, by the same validators as the command line: a file that is not
+UTF-8 TOML, an unknown key, a wrong type or a bad value is refused with the key's name.
 
 One thing a file can say that one `attnbench kernel` call cannot: `context = [1024, 4096]`. Each
 value runs as its own sweep into OUT/context-VALUE/, and their rows are merged into OUT/results.csv,
@@ -31,12 +31,14 @@ import typer
 import typer.main
 
 from attnbench.cli import e2e, kernel
-from attnbench.cli.flags import kernel_args
+from attnbench.cli.flags import e2e_args, kernel_args
+from attnbench.e2e.runner import length_pairs, validate_args
 from attnbench.errors import UsageError
-from attnbench.kernels.plan import plan_sweep
+from attnbench.kernels.plan import check_unique, plan_sweep
 
 COMMANDS = {"kernel": kernel.kernel, "e2e": e2e.e2e}  # command name -> the function behind it
 SWEPT = "context"  # the kernel key that may hold a list: one sweep per value
+MAX_FILE_BYTES = 1 << 20  # a scenario is a page of TOML; anything larger is the wrong file
 TYPE_NAMES = {"boolean": "true or false", "integer": "an integer", "float": "a number", "path": "a path string",
               "text": "a string, a number or a list of them"}
 
@@ -135,6 +137,8 @@ def parse_overrides(argv: list[str], flags: dict[str, Flag]) -> dict:
         if flag is None:
             raise UsageError(f"{token}: not a flag of this scenario's command{_suggest(name.lstrip('-'), flags)}")
         if flag.type == "boolean":
+            if inline:
+                raise UsageError(f"{name}: an on/off flag takes no value (use {name} or {flag.negative or name})")
             out[flag.key], i = True, i + 1
             continue
         if not inline and i + 1 >= len(argv):
@@ -154,16 +158,13 @@ def _suggest(key: str, flags: dict) -> str:
 
 def load_scenario(path: Path, overrides: list[str] | None = None) -> Scenario:
     """Read, type-check and value-check a scenario file with its overrides; run nothing."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read the scenario file ({exc.strerror})") from None
+    text = read_text(path)
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
         raise UsageError(f"not valid TOML: {exc}") from None
     command = data.pop("command", None)
-    if command not in COMMANDS:
+    if not isinstance(command, str) or command not in COMMANDS:
         raise UsageError(f"command: expected one of {', '.join(map(repr, COMMANDS))}, got {command!r}")
     flags = command_flags(command)
     given = {}
@@ -184,9 +185,33 @@ def load_scenario(path: Path, overrides: list[str] | None = None) -> Scenario:
     contexts = [None]
     if command == "kernel":
         contexts = values.pop("context") if isinstance(values["context"], list) else [values.pop("context")]
+        check_unique([str(c).strip() for c in contexts], SWEPT)
         for context in contexts:
             check_kernel_values({**values, "context": context})
+    else:
+        args = e2e_args(values)
+        validate_args(args)
+        length_pairs(args)
     return Scenario(path, command, values, contexts, text, given)
+
+
+def read_text(path: Path) -> str:
+    """The file's text: a regular, non-empty UTF-8 file of reasonable size, or one line saying why not."""
+    try:
+        if path.exists() and not path.is_file():
+            raise UsageError("is a directory, not a scenario file" if path.is_dir() else "not a regular file")
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise UsageError(f"larger than {MAX_FILE_BYTES >> 20} MiB: not a scenario file")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read the scenario file ({exc.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"not UTF-8 text (byte {exc.start}); a scenario file is TOML") from None
+    if not text.strip():
+        raise UsageError("empty; a scenario needs at least command = \"kernel\" or \"e2e\"")
+    return text
 
 
 def check_kernel_values(values: dict) -> None:

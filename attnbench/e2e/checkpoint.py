@@ -1,13 +1,15 @@
 """Reading a local Hugging Face Llama or Qwen2 checkpoint into attnbench's model.
 
-config.json becomes ModelArgs (bad values are refused naming the key), *.safetensors become the
-weights, mapped by name; nothing is ever downloaded. `hf_state_dict` goes the other way, so tests
-can check the model's logits against transformers' on the same weights.
+config.json becomes ModelArgs, *.safetensors become the weights, mapped by name; nothing is ever
+downloaded. Every config value is type- and range-checked before it is used (a checkpoint is
+input like any flag): a bad one is refused with the file and the key named. `hf_state_dict` goes
+the other way, so tests can check the model's logits against transformers' on the same weights.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,8 +17,16 @@ import torch
 
 from attnbench.e2e.model import ModelArgs, Transformer
 from attnbench.errors import UsageError
+from attnbench.kernels.workload import MAX_HEAD_DIM, MAX_HEADS
 
 HF_MODEL_TYPES = ("llama", "qwen2")
+ROPE_TYPES = ("default", "linear", "llama3")
+# integer keys of config.json -> their range: far past any released model, short of absurd
+INT_KEYS = {"num_hidden_layers": (1, 1024), "hidden_size": (1, 1 << 17), "num_attention_heads": (1, MAX_HEADS),
+            "num_key_value_heads": (1, MAX_HEADS), "intermediate_size": (1, 1 << 20), "vocab_size": (1, 1 << 24),
+            "head_dim": (8, MAX_HEAD_DIM), "max_position_embeddings": (1, 1 << 24),
+            "original_max_position_embeddings": (1, 1 << 24)}
+_REQUIRED = object()
 _HF_LAYER = {  # our parameter -> the Hugging Face tensors concatenated (dim 0) into it
     "attention.wqkv": ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
     "attention.bqkv": ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"),
@@ -52,28 +62,94 @@ def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     return out
 
 
-def args_from_hf_config(cfg: dict, name: str) -> ModelArgs:
+def _value(cfg: dict, key: str, where: str, ok, expected: str, default=_REQUIRED):
+    """cfg[key] if `ok` says it is valid; a missing key or null takes `default` (refused if none)."""
+    value = cfg.get(key)
+    if value is None:
+        if default is _REQUIRED:
+            raise UsageError(f"--model: {where} lacks {key!r}")
+        return default
+    if not ok(value):
+        raise UsageError(f"--model: {where}: {key}: expected {expected}, got {value!r}")
+    return value
+
+
+def _int(cfg: dict, key: str, where: str, default=_REQUIRED) -> int:
+    low, high = INT_KEYS[key]
+    return _value(cfg, key, where, lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= high,
+                  f"an integer between {low} and {high}", default)
+
+
+def _positive(cfg: dict, key: str, where: str, default=_REQUIRED, below: float = math.inf) -> float:
+    def ok(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < below and math.isfinite(v)
+
+    expected = "a positive finite number" + (f" below {below:g}" if below < math.inf else "")
+    value = _value(cfg, key, where, ok, expected, default)
+    return value if value is None else float(value)
+
+
+def _flag(cfg: dict, key: str, where: str) -> bool:
+    return _value(cfg, key, where, lambda v: isinstance(v, bool), "true or false", False)
+
+
+def _rope(cfg: dict, where: str) -> dict:
+    """rope_parameters (transformers 5) or rope_scaling (4), checked for the types model.py applies."""
+    key = "rope_parameters" if cfg.get("rope_parameters") is not None else "rope_scaling"
+    rope = _value(cfg, key, where, lambda v: isinstance(v, dict), "an object or null", {})
+    inner = f"{where}: {key}"
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if not isinstance(kind, str) or kind not in ROPE_TYPES:
+        raise UsageError(f"--model: {inner}: rope type {kind!r} is not supported ({', '.join(ROPE_TYPES)})")
+    if kind in ("linear", "llama3"):
+        _positive(rope, "factor", inner)
+    if kind == "llama3":
+        low, high = _positive(rope, "low_freq_factor", inner), _positive(rope, "high_freq_factor", inner)
+        if high <= low:
+            raise UsageError(f"--model: {inner}: high_freq_factor ({high}) must be above low_freq_factor ({low})")
+        _int(rope, "original_max_position_embeddings", inner)
+    _positive(rope, "rope_theta", inner, default=None)
+    return rope
+
+
+def args_from_hf_config(cfg: dict, name: str, where: str | None = None) -> ModelArgs:
+    """ModelArgs from a config.json's values, each checked first; `where` names the file in errors."""
+    where = where or f"{name}/config.json"
     model_type = cfg.get("model_type")
-    if model_type not in HF_MODEL_TYPES:
-        raise UsageError(f"--model: {name}: model_type {model_type!r} is not supported "
+    if not isinstance(model_type, str) or model_type not in HF_MODEL_TYPES:
+        raise UsageError(f"--model: {where}: model_type {model_type!r} is not supported "
                          f"(supported: {', '.join(HF_MODEL_TYPES)})")
-    if cfg.get("attention_bias") or cfg.get("mlp_bias") or cfg.get("use_sliding_window"):
-        raise UsageError(f"--model: {name}: attention_bias/mlp_bias/sliding windows are not supported")
-    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}  # transformers 5 / 4 spelling
-    if rope.get("rope_type", rope.get("type", "default")) not in ("default", "linear", "llama3"):
-        raise UsageError(f"--model: {name}: rope scaling {rope} is not supported (default, linear, llama3)")
-    try:
-        heads = cfg["num_attention_heads"]
-        return ModelArgs(
-            name=name, n_layer=cfg["num_hidden_layers"], dim=cfg["hidden_size"], n_head=heads,
-            n_kv_head=cfg.get("num_key_value_heads") or heads, ffn_dim=cfg["intermediate_size"],
-            vocab_size=cfg["vocab_size"], head_dim=cfg.get("head_dim") or 0,
-            rope_theta=float(cfg.get("rope_theta", rope.get("rope_theta", 10000.0))),
-            rope_scaling=rope or None, norm_eps=cfg.get("rms_norm_eps", 1e-6),
-            qkv_bias=model_type == "qwen2", tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            max_positions=cfg.get("max_position_embeddings", 4096))
-    except KeyError as exc:
-        raise UsageError(f"--model: {name}/config.json lacks {exc.args[0]!r}") from None
+    if any(_flag(cfg, key, where) for key in ("attention_bias", "mlp_bias", "use_sliding_window")):
+        raise UsageError(f"--model: {where}: attention_bias/mlp_bias/sliding windows are not supported")
+    rope = _rope(cfg, where)
+    layers, hidden, heads = (_int(cfg, k, where) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads"))
+    kv_heads = _int(cfg, "num_key_value_heads", where, default=heads)
+    if heads % kv_heads:
+        raise UsageError(f"--model: {where}: num_attention_heads ({heads}) must be divisible by "
+                         f"num_key_value_heads ({kv_heads})")
+    head_dim = _int(cfg, "head_dim", where, default=0)
+    if not head_dim and hidden % heads:
+        raise UsageError(f"--model: {where}: hidden_size ({hidden}) must be divisible by num_attention_heads "
+                         f"({heads}) when there is no head_dim")
+    if (head_dim or hidden // heads) % 8:
+        raise UsageError(f"--model: {where}: the head dim ({head_dim or hidden // heads}, head_dim or hidden_size / "
+                         "num_attention_heads) must be a multiple of 8")
+    theta = _positive(cfg, "rope_theta", where, default=rope.get("rope_theta", 10000.0))
+    return ModelArgs(
+        name=name, n_layer=layers, dim=hidden, n_head=heads, n_kv_head=kv_heads,
+        ffn_dim=_int(cfg, "intermediate_size", where), vocab_size=_int(cfg, "vocab_size", where), head_dim=head_dim,
+        rope_theta=theta, rope_scaling=rope or None, norm_eps=_positive(cfg, "rms_norm_eps", where, 1e-6, below=1.0),
+        qkv_bias=model_type == "qwen2", tie_embeddings=_flag(cfg, "tie_word_embeddings", where),
+        max_positions=_int(cfg, "max_position_embeddings", where, default=4096))
+
+
+def _no_duplicate_keys(pairs: list) -> dict:
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ValueError(f"the key {key!r} appears twice")
+        seen.add(key)
+    return dict(pairs)
 
 
 def read_hf_config(path: Path) -> ModelArgs:
@@ -88,12 +164,18 @@ def read_hf_config(path: Path) -> ModelArgs:
     if not sorted(path.glob("*.safetensors")):
         raise UsageError(f"--model: {path} has no *.safetensors weights")
     try:
-        cfg = json.loads(config.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        text = config.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise UsageError(f"--model: cannot read {config} ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--model: {config} is not UTF-8 text") from None
+    try:
+        cfg = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         raise UsageError(f"--model: {config} is not valid JSON ({exc})") from None
     if not isinstance(cfg, dict):
         raise UsageError(f"--model: {config} is not a JSON object")
-    return args_from_hf_config(cfg, str(path))
+    return args_from_hf_config(cfg, str(path), str(config))
 
 
 @torch.no_grad()

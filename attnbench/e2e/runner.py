@@ -1,4 +1,4 @@
-"""The e2e job: request latency of a whole model with unified vs split attention.
+"""The e2e runner: one (input_len, output_len, batch_size) point of a whole model, every backend x strategy.
 
 For each (input_len, output_len, batch_size) point, every backend x strategy runs the same
 requests on one model and one KV cache: one untimed check run that records logits, warm-up runs,
@@ -13,26 +13,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
 import torch
-from rich.console import Console
 
-from attnbench.console import default_out_dir, progress
-from attnbench.device import device_name, resolve_device
 from attnbench.e2e.attention import PagedAttention
-from attnbench.e2e.checkpoint import load_hf_checkpoint, read_hf_config
-from attnbench.e2e.engine import GRAPH_NOTE, Engine, estimate_bytes, graph_buckets
-from attnbench.e2e.model import PRESETS, ModelArgs, Transformer, fused, random_model
-from attnbench.e2e.report import FAILING, compare_generations, run_metrics, worst, write_e2e_outputs
+from attnbench.e2e.checkpoint import read_hf_config
+from attnbench.e2e.engine import GRAPH_NOTE, Engine, graph_buckets
+from attnbench.e2e.model import PRESETS, ModelArgs, Transformer, fused
+from attnbench.e2e.report import FAILING, compare_generations, run_metrics, worst
 from attnbench.e2e.scheduler import KVCache, make_prompts
 from attnbench.errors import AttnbenchError, UsageError, error_reason
 from attnbench.kernels.backends.base import STRATEGIES
-from attnbench.kernels.backends.registry import get_backend, resolve_backends
-from attnbench.kernels.inputs import torch_dtype
-from attnbench.kernels.workload import DTYPE_ALIASES, SweepPoint
-from attnbench.results import files
-from attnbench.results.env import collect
-from attnbench.results.profiling import profile_generation, write_report
+from attnbench.kernels.backends.registry import get_backend
+from attnbench.kernels.inputs import available_host_bytes
+from attnbench.kernels.plan import check_unique
+from attnbench.kernels.workload import DTYPE_ALIASES, MAX_BLOCK_SIZE, MAX_SEED, MAX_TOKENS, SweepPoint
+from attnbench.results.profiling import profile_generation
 
 SEED_INPUT_LENS, SEED_OUTPUT_LENS, SEED_BATCH_SIZES = "32,512", "128,32", "1,2,4,8,16,32"
 CPU_LIMIT_BYTES = 2 * 2**30  # the CPU path (reference attention) is for tests and small models
@@ -57,6 +52,8 @@ class E2EArgs:
     device: str = "auto"
     out: Path | None = None
     profile: bool = False
+    force: bool = False
+    resume: Path | None = None
 
 
 def length_pairs(args: E2EArgs) -> list[tuple[int, int]]:
@@ -69,36 +66,57 @@ def length_pairs(args: E2EArgs) -> list[tuple[int, int]]:
     if len(ins) != len(outs):
         raise UsageError(f"--input-len/--output-len: {len(ins)} input lengths and {len(outs)} output lengths "
                          "do not pair up; give equally many (they are zipped) or one of either")
-    return list(zip(ins, outs))
+    pairs = list(zip(ins, outs))
+    check_unique(pairs, "--input-len/--output-len", lambda pair: f"the pair {pair[0]}/{pair[1]}")
+    return pairs
 
 
 def validate_args(args: E2EArgs) -> None:
-    checks = [("--input-len", args.input_lens), ("--output-len", args.output_lens), ("--batch-size", args.batch_sizes),
-              ("--chunk-size", [] if args.chunk_size is None else [args.chunk_size]), ("--iters", [args.iters]), ("--block-size", [args.block_size])]
-    for flag, values in checks:
-        bad = [v for v in values if v <= 0]
-        if bad:
-            raise UsageError(f"{flag}: must be positive, got {bad[0]}")
-    if args.warmup < 0:
-        raise UsageError(f"--warmup: must be >= 0, got {args.warmup}")
+    """Every flag in range and every list without repeats, before a model is built or a row run.
+
+    Bounds: prompt, output and chunk lengths up to workload.MAX_TOKENS (the model's own
+    max_positions is checked once it is known), batches up to 4096 requests, up to 10,000
+    warm-up and measured runs each, a 64-bit seed.
+    """
+    ranges = [("--input-len", args.input_lens, 1, MAX_TOKENS), ("--output-len", args.output_lens, 1, MAX_TOKENS),
+              ("--batch-size", args.batch_sizes, 1, 4096),
+              ("--chunk-size", [] if args.chunk_size is None else [args.chunk_size], 1, MAX_TOKENS),
+              ("--warmup", [args.warmup], 0, 10_000), ("--iters", [args.iters], 1, 10_000),
+              ("--block-size", [args.block_size], 16, MAX_BLOCK_SIZE), ("--seed", [args.seed], 0, MAX_SEED)]
+    for flag, values, low, high in ranges:
+        for v in values:
+            if not (isinstance(v, int) and not isinstance(v, bool) and low <= v <= high):
+                raise UsageError(f"{flag}: must be an integer between {low} and {high}, got {v!r}")
+    if args.block_size % 16:
+        raise UsageError(f"--block-size: KV block size must be a multiple of 16, got {args.block_size}")
     if DTYPE_ALIASES.get(args.dtype) is None:
         raise UsageError(f"--dtype: unknown dtype {args.dtype!r}; choose bf16 or fp16")
     for s in args.strategies:
         if s not in STRATEGIES:
             raise UsageError(f"--strategy: unknown strategy {s!r}; choose unified, split")
+    for flag, values in [("--batch-size", args.batch_sizes), ("--strategy", args.strategies),
+                         ("--backend", args.backends or [])]:
+        check_unique(values, flag)
 
 
 def resolve_model(name: str) -> tuple[ModelArgs, Path | None]:
     """A preset name, or a local checkpoint directory (anything that exists or looks like a path)."""
     if name in PRESETS:
         return ModelArgs.from_name(name), None
+    if not name.strip():
+        raise UsageError(f"--model: empty; presets: {', '.join(PRESETS)} (or a local checkpoint directory)")
     path = Path(name).expanduser()
-    if path.exists() or "/" in name or name.startswith("."):
+    try:
+        exists = path.exists()
+    except (OSError, ValueError) as exc:  # a NUL byte, a name too long for the file system
+        raise UsageError(f"--model: {name!r} is not a usable path ({exc})") from None
+    if exists or "/" in name or name.startswith("."):
         return read_hf_config(path), path
     return ModelArgs.from_name(name), None  # raises: unknown model, with the presets
 
 
 def check_fits(parts: dict[str, int], model: str, device: torch.device) -> None:
+    """Refuse up front a run that cannot fit: free GPU memory; on the CPU, 2 GiB and what is available."""
     need = int(sum(parts.values()) * 1.1) + (512 * 2**20 if device.type == "cuda" else 0)
     detail = ", ".join(f"{k.replace('_', ' ')} {v / GiB:.2f}" for k, v in parts.items())
     if device.type == "cuda":
@@ -110,6 +128,12 @@ def check_fits(parts: dict[str, int], model: str, device: torch.device) -> None:
     elif need > CPU_LIMIT_BYTES:
         raise AttnbenchError(f"--model {model}: needs ~{need / GiB:.1f} GiB ({detail} GiB); without a GPU "
                              f"only runs up to {CPU_LIMIT_BYTES / GiB:.0f} GiB are allowed (e.g. --model tiny)")
+    else:
+        available = available_host_bytes()
+        if available is not None and need > available:
+            raise AttnbenchError(f"--model {model}: needs ~{need / GiB:.1f} GiB ({detail} GiB + 10 %), "
+                                 f"{available / GiB:.1f} GiB available on this machine; "
+                                 "use a smaller --batch-size or lengths")
 
 
 def attention_point(args: ModelArgs, dtype: str, block_size: int) -> SweepPoint:
@@ -148,74 +172,6 @@ def graph_mode(backend: str, device: torch.device, eager: bool, max_num_seqs: in
     if not get_backend(backend).graph_safe:
         return False, f"eager: the {backend} backend cannot be captured in a CUDA graph"
     return True, GRAPH_NOTE.format(buckets=",".join(map(str, graph_buckets(max_num_seqs))))
-
-
-def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
-    validate_args(args)
-    pairs = length_pairs(args)
-    device = resolve_device(args.device)
-    margs, path = resolve_model(args.model)
-    dtype_name = DTYPE_ALIASES[args.dtype]
-    max_model_len = max(i + o for i, o in pairs)
-    if max_model_len > margs.max_positions:
-        raise UsageError(f"--input-len/--output-len: {max_model_len} tokens exceed {margs.name}'s "
-                         f"{margs.max_positions} positions")
-    point = attention_point(margs, dtype_name, args.block_size)
-    backends = resolve_backends(args.backends, device)
-    for b in backends:
-        reason = get_backend(b).supports(point, "unified", device)
-        if reason:
-            raise UsageError(f"--backend: {b} cannot run {margs.name} here: {reason}")
-    max_bs = max(args.batch_sizes)
-    plans = {b: graph_mode(b, device, args.eager, max_bs) for b in backends}
-    runs_at_once = len(backends) * len(args.strategies) * (2 if any(g for g, _ in plans.values()) else 1)
-    elt = torch.empty((), dtype=torch_dtype(dtype_name)).element_size()
-    parts = estimate_bytes(margs, elt, max_bs, max_model_len, args.block_size,
-                           args.chunk_size or max(b * i for b in args.batch_sizes for i, _ in pairs),
-                           max(b * o for b in args.batch_sizes for _, o in pairs) * runs_at_once)
-    check_fits(parts, args.model, device)
-
-    dtype = torch_dtype(dtype_name)
-    model = load_hf_checkpoint(path, dtype, device, margs) if path else random_model(margs, dtype, device, args.seed)
-    engines = ModelEngines(model, max_bs, max_model_len, args.block_size, args.chunk_size, args.seed)
-
-    gpu_name = device_name(device)
-    out_dir = args.out or default_out_dir(gpu_name or "cpu", "e2e")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    env = collect(command)
-    env["e2e"] = {"model": margs.name, "model_args": {k: v for k, v in vars(margs).items()},
-                  "params_b": margs.num_params / 1e9, "weights": f"checkpoint {path}" if path else f"random (seed {args.seed})",
-                  "dtype": dtype_name, "block_size": args.block_size, "chunk_size": args.chunk_size,
-                  "max_model_len": max_model_len, "warmup": args.warmup, "iters": args.iters,
-                  "memory_estimate_gib": {k: round(v / GiB, 3) for k, v in parts.items()},
-                  "graphs": {b: note for b, (_, note) in plans.items()}}
-    files.write_env(out_dir, env)
-    base = {"model": margs.name, "params_b": round(margs.num_params / 1e9, 3), "dtype": dtype_name,
-            "block_size": args.block_size, "chunk_size": args.chunk_size or 0, "device": device.type,
-            "gpu": gpu_name or "cpu", "warmup": args.warmup, "iters": args.iters}
-    points = [(i, o, b) for i, o in pairs for b in args.batch_sizes]
-    console.print(f"{margs.name} ({margs.num_params / 1e9:.2f} B params, {dtype_name}) on {gpu_name or 'cpu'}: "
-                  f"{len(points)} points x {len(backends)} backend(s) x {len(args.strategies)} strategies -> {out_dir}")
-    rows: list[dict] = []
-    agreements: list[dict] = []
-    with progress(console) as bar:
-        task = bar.add_task("e2e", total=len(points))
-        for input_len, output_len, batch_size in points:
-            bar.update(task, description=f"in {input_len} / out {output_len} / batch {batch_size}")
-            fields = {**base, "input_len": input_len, "output_len": output_len, "batch_size": batch_size}
-            new_rows, new_agreements = run_point(engines, args, plans, fields, out_dir if args.profile else None)
-            rows += new_rows
-            agreements += new_agreements
-            pd.DataFrame(rows).to_csv(out_dir / "results.csv", index=False)
-            if agreements:
-                pd.DataFrame(agreements).to_csv(out_dir / "agreement.csv", index=False)
-            bar.update(task, advance=1)
-    env["e2e"]["fused_ops"] = fused.status
-    files.write_env(out_dir, env)
-    write_e2e_outputs(out_dir, env, console)
-    if args.profile:
-        write_report(out_dir, console)
-    return out_dir
 
 
 def run_point(engines: ModelEngines, args: E2EArgs, plans: dict, fields: dict,

@@ -2,11 +2,15 @@
 
 Gigabytes of KV cache made on the CPU and copied over take minutes; `torch.randn` on the device
 takes milliseconds. Values are standard normal, never zeros (zeros hide unwritten outputs).
+What those tensors cost is here too (`input_bytes`, `host_bytes`, `available_host_bytes`), so a
+point that cannot fit is refused before anything is allocated, on the CPU as on a GPU.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -41,6 +45,42 @@ def input_bytes(point: SweepPoint, batch: Batch | None = None) -> int:
     kv = 2 * num_cache_blocks(batch, point.block_size) * point.block_size * point.num_kv_heads * point.head_dim
     q_and_out = 2 * batch.num_tokens * point.num_heads * point.head_dim
     return (kv + q_and_out) * elt
+
+
+def host_bytes(point: SweepPoint, batch: Batch | None = None) -> int:
+    """Peak bytes of a point measured on the CPU: its inputs, the float32 reference output and
+    one output per strategy, plus the reference's largest per-sequence working set (the
+    sequence's K and V gathered and cast to float32, and its float32 scores, mask and probs)."""
+    batch = batch or build_batch(point)
+    elt = torch.empty((), dtype=torch_dtype(point.dtype)).element_size()
+    outputs = batch.num_tokens * point.num_heads * point.head_dim * (4 + 2 * elt)
+    per_seq = max(2 * kv * point.num_kv_heads * point.head_dim * (elt + 4) + 17 * point.num_heads * q * kv
+                  for q, kv in zip(batch.query_lens, batch.kv_lens))
+    return input_bytes(point, batch) + outputs + per_seq
+
+
+def available_host_bytes() -> int | None:
+    """Memory this process can still take: MemAvailable (Linux), capped by a cgroup v2 limit
+    (containers); else the physical memory; None when the system says neither."""
+    found = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    if not found:
+        try:
+            found.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (AttributeError, ValueError, OSError):
+            return None
+    return max(0, min(found))
 
 
 def make_inputs(point: SweepPoint, device: torch.device | str) -> Inputs:

@@ -1,8 +1,10 @@
-"""A kernel sweep as a job: plan it, run it with a progress bar, and write every output file.
+"""A kernel sweep as a job: plan it, own its directory, run it, and write every output file.
 
-The CLI's `kernel` command and kernel scenarios both end here. Rows reach results.csv as each
-one is measured; parquet, summary.md, plots and the console table are made from that file at the
-end, so they can always be rebuilt from it.
+The CLI's `kernel` command and kernel scenarios both end here. The run directory is claimed
+(new or empty, `--force`, or `--resume`) and locked for the run. A point's rows reach
+results.csv when the point is complete, so a run stopped by Ctrl-C or SIGTERM keeps every
+finished point and abandons the current one; parquet, summary.md, plots and the console table
+are then made from results.csv, and `--resume DIR` measures only the points it lacks.
 """
 
 from __future__ import annotations
@@ -14,14 +16,32 @@ import torch
 from rich.console import Console
 
 from attnbench.console import default_out_dir, emit_json, print_seed_table, progress
-from attnbench.errors import UsageError
-from attnbench.kernels.plan import KernelArgs, plan_sweep
-from attnbench.kernels.sweep import run_sweep
+from attnbench.errors import Interrupted, UsageError
+from attnbench.interrupts import SignalReceived, signal_of, signals_raise
+from attnbench.kernels.plan import KernelArgs, check_measured, plan_sweep
+from attnbench.kernels.sweep import SweepPlan, run_sweep
 from attnbench.kernels.workload import SweepPoint
-from attnbench.results import files
+from attnbench.results import files, rundir
 from attnbench.results.env import collect
 from attnbench.results.plots import plot_runs
 from attnbench.results.profiling import write_report
+
+POINT_KEY = files.POINT_COLUMNS[:14]  # the SweepPoint fields, as results.csv spells them
+
+
+def point_key(values: dict) -> tuple[str, ...]:
+    """A point's identity from a row or from SweepPoint.key(), compared as CSV text."""
+    return tuple(str(files.cell(values.get(c))) for c in POINT_KEY)
+
+
+def completed(rows: list[dict], plan: SweepPlan) -> set[tuple[str, ...]]:
+    """Points an earlier run finished for every backend x strategy x mode of this plan (a point
+    that failed as a whole, with one error row, counts as finished: the same inputs fail again)."""
+    needed = {(b, s, m) for b in plan.backends for s in plan.strategies for m in plan.modes}
+    seen: dict[tuple[str, ...], set] = {}
+    for row in rows:
+        seen.setdefault(point_key(row), set()).add((row.get("backend"), row.get("strategy"), row.get("mode")))
+    return {key for key, combos in seen.items() if needed <= combos or ("", "") in {c[1:] for c in combos}}
 
 
 def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
@@ -30,35 +50,71 @@ def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
         console.print(f"[yellow]{notice}[/]")
     device = torch.device(plan.device)
     gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    out_dir = args.out or default_out_dir(gpu_name or "cpu", "kernel")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if args.profile:
-        plan = replace(plan, profile_out=out_dir)
-    env = collect(command)
-    files.write_env(out_dir, env)
-    writer = files.RowWriter(out_dir)
-    console.print(f"{len(plan.points)} points x {len(plan.backends)} backend(s) x {len(plan.strategies)} strategies x "
-                  f"{len(plan.modes)} mode(s) on {gpu_name or 'cpu'} -> {out_dir}")
-    try:
-        with progress(console) as bar:
-            task = bar.add_task("kernel sweep", total=len(plan.points))
-
-            def on_row(row: dict) -> None:
-                writer.write(row)
-                if args.json_rows:
-                    emit_json(row)
-
-            def on_point_done(point: SweepPoint) -> None:
-                bar.update(task, advance=1, description=f"{point.kind} N={point.num_tokens} "
-                                                        f"{point.num_heads}x{point.head_dim}")
-
-            run_sweep(plan, gpu_name, on_row, on_point_done)
-    finally:
-        writer.close()
-    write_kernel_outputs(out_dir, env, console)
-    if args.profile:
-        write_report(out_dir, console)
+    if args.resume and args.out and Path(args.out) != Path(args.resume):
+        raise UsageError(f"--resume/--out: resume writes into {args.resume}; leave --out out or give the same path")
+    out_dir = Path(args.resume or args.out or default_out_dir(gpu_name or "cpu", "kernel"))
+    rundir.prepare(out_dir, force=args.force, resume=bool(args.resume), flag="--resume" if args.resume else "--out")
+    with rundir.locked(out_dir):
+        env = collect(command)
+        keep = None
+        if args.resume:
+            rundir.check_resumable(rundir.read_env(out_dir), env, out_dir)
+            rows = rundir.read_rows(out_dir)
+            done = completed(rows, plan)
+            keep = [r for r in rows if point_key(r) in done]
+            todo = tuple(p for p in plan.points if point_key(p.key()) not in done)
+            console.print(f"resuming {out_dir}: {len(plan.points) - len(todo)} of {len(plan.points)} points "
+                          "already measured")
+            plan = replace(plan, points=todo)
+        if args.profile:
+            plan = replace(plan, profile_out=out_dir)
+        files.write_env(out_dir, env)
+        writer = files.RowWriter(out_dir, keep=keep)
+        console.print(f"{len(plan.points)} points x {len(plan.backends)} backend(s) x {len(plan.strategies)} "
+                      f"strategies x {len(plan.modes)} mode(s) on {gpu_name or 'cpu'} -> {out_dir}")
+        stopped = None
+        try:
+            stopped = sweep_into(writer, plan, gpu_name, console, args.json_rows)
+        finally:
+            writer.close()
+        if writer.rows or keep:
+            write_kernel_outputs(out_dir, env, console)
+            if args.profile:
+                write_report(out_dir, console)
+    if stopped is not None:
+        name, number = signal_of(stopped)
+        finished = len({point_key(r) for r in writer.rows})
+        raise Interrupted(f"interrupted by {name} after {finished} of {len(plan.points)} point(s); {out_dir} "
+                          f"holds what was measured (finish it with the same flags and --resume {out_dir})", number)
     return out_dir
+
+
+def sweep_into(writer: files.RowWriter, plan: SweepPlan, gpu_name: str | None, console: Console,
+               json_rows: bool) -> BaseException | None:
+    """Run the sweep, writing each point's rows once the point is complete; on Ctrl-C or SIGTERM
+    abandon the current point and return the interrupt instead of raising it."""
+    pending: list[dict] = []
+
+    def on_row(row: dict) -> None:
+        pending.append(row)
+        if json_rows:
+            emit_json(row)
+
+    with progress(console) as bar:
+        task = bar.add_task("kernel sweep", total=len(plan.points))
+
+        def on_point_done(point: SweepPoint) -> None:
+            writer.write_many(pending)
+            pending.clear()
+            bar.update(task, advance=1, description=f"{point.kind} N={point.num_tokens} "
+                                                    f"{point.num_heads}x{point.head_dim}")
+
+        try:
+            with signals_raise():
+                run_sweep(plan, gpu_name, on_row, on_point_done)
+        except (KeyboardInterrupt, SignalReceived) as exc:
+            return exc
+    return None
 
 
 def write_kernel_outputs(out_dir: Path, env: dict, console: Console) -> Path:
@@ -73,4 +129,5 @@ def write_kernel_outputs(out_dir: Path, env: dict, console: Console) -> Path:
     verdicts = df["verdict"].value_counts().to_dict()
     console.print("rows: " + ", ".join(f"{v} {k}" for k, v in verdicts.items()))
     console.print(f"results: {out_dir}/results.csv, {summary.name}, env.json, {len(plots)} plot(s)")
+    check_measured(verdicts, out_dir)
     return out_dir

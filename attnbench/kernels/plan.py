@@ -4,6 +4,10 @@
 `plan_sweep`, so a value refused here is refused the same way everywhere. With `machine=False`
 it checks only what the values say (for a file read on a machine that will not run it): device
 defaults are the GPU's, and backend availability and free memory are not looked at.
+
+Refused up front, each naming its flag: unknown names, a value listed twice, sizes out of range
+(workload.MAX_*), timing flags that are not finite or out of range, and a largest point that
+cannot fit in free GPU memory or, on the CPU, in the memory the machine has available.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ from pathlib import Path
 import torch
 
 from attnbench.device import resolve_device
-from attnbench.errors import UsageError
+from attnbench.errors import AttnbenchError, UsageError
 from attnbench.kernels.backends.base import STRATEGIES
 from attnbench.kernels.backends.registry import REGISTRY, get_backend, resolve_backends
+from attnbench.kernels.inputs import available_host_bytes, host_bytes
 from attnbench.kernels.sweep import SweepPlan, check_memory
 from attnbench.kernels.timing import MODES, TimingConfig
 from attnbench.kernels.workload import KINDS, SweepPoint
@@ -26,6 +31,8 @@ from attnbench.kernels.workload import KINDS, SweepPoint
 # decode batch of 1000 x 1024 tokens at 32 x 128 is 17 GB of KV cache, minutes of CPU time.
 GPU_DEFAULTS = {"tokens": [100, 500, 1000], "context": "1024"}
 CPU_DEFAULTS = {"tokens": [10, 50, 100], "context": "256"}
+MAX_BUDGET_MS = 3_600_000.0  # an hour of sampling per row
+GiB = 2**30
 
 
 @dataclass
@@ -53,6 +60,8 @@ class KernelArgs:
     out: Path | None = None
     json_rows: bool = False
     profile: bool = False
+    force: bool = False  # --force: run into a directory that holds attnbench outputs, removing them first
+    resume: Path | None = None  # --resume DIR: measure only the points DIR lacks
 
 
 def resolve_modes(requested: list[str] | None, device: torch.device) -> list[str]:
@@ -71,6 +80,54 @@ def check_strategies(strategies: list[str]) -> None:
     for s in strategies:
         if s not in STRATEGIES:
             raise UsageError(f"--strategy: unknown strategy {s!r}; choose {', '.join(STRATEGIES)}")
+
+
+def check_unique(values, flag: str, show=str) -> None:
+    """A list flag names each value once: a repeated value would be measured twice, and two rows
+    with one key make `compare` refuse the directory."""
+    seen = []
+    for value in values:
+        if value in seen:
+            raise UsageError(f"{flag}: {show(value)} is listed twice")
+        seen.append(value)
+
+
+def check_lists(args: KernelArgs) -> None:
+    for values, flag, alone in [(args.kinds, "--kind", "all"), (args.modes or [], "--mode", "both")]:
+        if alone in values and len(values) > 1:
+            raise UsageError(f"{flag}: {alone} cannot be combined with other values, got "
+                             f"{','.join(map(str, values))}")
+    for values, flag in [(args.tokens or [], "--tokens"), (args.kinds, "--kind"), (args.strategies, "--strategy"),
+                         (args.backends or [], "--backend"), (args.modes or [], "--mode"),
+                         (args.prefix_ratios, "--prefix-ratio")]:
+        check_unique(values, flag)
+    check_unique(args.shapes, "--shapes", lambda shape: f"{shape[0]}x{shape[1]}")
+
+
+def check_timing(budget_ms, rel_spread) -> None:
+    """Finite numbers in range: NaN compares false with everything, so it is refused here."""
+    number = (int, float)
+    if not (isinstance(budget_ms, number) and 0 < budget_ms <= MAX_BUDGET_MS):
+        raise UsageError(f"--budget-ms: must be a number of ms above 0 and at most {MAX_BUDGET_MS:.0f} (an hour), "
+                         f"got {budget_ms}")
+    if not (isinstance(rel_spread, number) and 0 <= rel_spread <= 1):
+        raise UsageError(f"--rel-spread: must be between 0 and 1 (0: sample for the whole --budget-ms), "
+                         f"got {rel_spread}")
+
+
+def check_host_memory(points: list[SweepPoint], available: int | None = None) -> None:
+    """On the CPU, refuse up front a sweep whose largest point cannot fit in available memory
+    (a MemoryError midway, or the machine swapping, is the alternative)."""
+    available = available_host_bytes() if available is None else available
+    if available is None:
+        return
+    worst = max(points, key=host_bytes)
+    need = int(host_bytes(worst) * 1.2)  # 20 % headroom: the allocator, torch's own buffers
+    if need > available:
+        raise UsageError(
+            f"--tokens/--context/--heads/--dim: the largest point ({worst.kind}, {worst.num_tokens} tokens, "
+            f"{worst.num_heads}x{worst.head_dim}, context {worst.context}) needs ~{need / GiB:.1f} GiB on the CPU, "
+            f"{available / GiB:.1f} GiB available")
 
 
 def build_points(args: KernelArgs) -> list[SweepPoint]:
@@ -99,6 +156,7 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
     for the defaults chosen on the user's behalf. machine=False: the values alone, as a GPU sees them.
     """
     check_strategies(args.strategies)
+    check_lists(args)
     device = resolve_device(args.device) if machine else torch.device("cuda")
     on_cpu = device.type == "cpu"
     defaults = CPU_DEFAULTS if on_cpu else GPU_DEFAULTS
@@ -106,9 +164,10 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
               for k, v in defaults.items() if getattr(args, k) is None]
     tokens, context = args.tokens or defaults["tokens"], args.context or defaults["context"]
     budget = args.budget_ms if args.budget_ms is not None else (200.0 if on_cpu else 1000.0)
-    if budget <= 0:
-        raise UsageError(f"--budget-ms: must be positive, got {budget}")
+    check_timing(budget, args.rel_spread)
     points = build_points(replace(args, tokens=tokens, context=context))
+    if not points:
+        raise UsageError("--shapes/--tokens: nothing to measure")
     modes = resolve_modes(args.modes, device)
     if not machine:
         for name in args.backends or []:
@@ -122,6 +181,8 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
             if all(reasons):
                 raise UsageError(reasons[0] if reasons[0].startswith("--") else f"--backend: {name}: {reasons[0]}")
     check_memory(points, device)
+    if on_cpu:
+        check_host_memory(points)
 
     notices = []
     if on_cpu and scaled:
@@ -139,3 +200,12 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
                           warmup_ms=0.0 if on_cpu else 25.0, min_samples=3 if on_cpu else 10)
     return SweepPlan(tuple(points), tuple(backends), tuple(args.strategies), tuple(modes), timing, str(device),
                      notices=tuple(notices))
+
+
+def check_measured(verdicts: dict[str, int], out_dir: Path) -> None:
+    """After a sweep: a run in which no row was timed (every row skipped or an error) failed, and
+    says so with an exit code, not only in its files."""
+    if not verdicts.get("pass") and not verdicts.get("fail"):
+        counts = ", ".join(f"{n} {v}" for v, n in verdicts.items()) or "no rows"
+        raise AttnbenchError(f"nothing was measured ({counts}): the reason column of {out_dir / 'results.csv'} "
+                             "says why")

@@ -1,8 +1,9 @@
 """Running a kernel sweep: for each point, every backend x strategy x mode, checked then timed.
 
 The loop measures and nothing else: each finished (point, backend, strategy, mode) becomes one
-plain dict row handed to `on_row` at once, so a run killed midway keeps what it measured, and a
-failure in one row becomes an error row while the sweep goes on.
+plain dict row handed to `on_row`, and `on_point_done` marks a point complete, so a run stopped
+midway keeps every point it finished; a failure in one row becomes an error row while the sweep
+goes on.
 """
 
 from __future__ import annotations
@@ -198,6 +199,9 @@ class PointRunner:
 
 def run_sweep(plan: SweepPlan, gpu_name: str | None, on_row: Callable[[dict], None],
               on_point_done: Callable[[SweepPoint], None] = lambda p: None) -> None:
+    """Every point of the plan; a point's rows go to on_row, then on_point_done(point) says it is
+    complete. An interrupt (KeyboardInterrupt, SIGTERM) propagates before on_point_done: the
+    caller can tell a finished point from an abandoned one."""
     for point in plan.points:
         try:
             with nvtx_range(f"point {point.kind} N={point.num_tokens} {point.num_heads}x{point.head_dim}"):
@@ -210,4 +214,4 @@ def run_sweep(plan: SweepPlan, gpu_name: str | None, on_row: Callable[[dict], No
         finally:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-            on_point_done(point)
+        on_point_done(point)

@@ -19,6 +19,16 @@ from dataclasses import asdict, dataclass, field
 from attnbench.errors import UsageError
 
 KINDS = ("decode", "prefill", "mixed", "prefix", "specdec")
+
+# Upper bounds on sizes: far past any model or serving batch today, and low enough that a typo (a
+# few zeros too many) is refused before a batch of a billion sequences is drawn or allocated.
+MAX_TOKENS = 1 << 20  # query tokens of one batch (--tokens), and --prefill-len
+MAX_CONTEXT = 1 << 22  # KV tokens of one sequence (--context)
+MAX_HEADS = 1024  # --heads, --kv-heads
+MAX_HEAD_DIM = 1024  # --dim
+MAX_BLOCK_SIZE = 4096  # --block-size
+MAX_SPEC_K = 1024  # --spec-k
+MAX_SEED = 2**63 - 1  # --seed: torch generators take a 64-bit seed
 DTYPES = ("bfloat16", "float16")
 DTYPE_ALIASES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
 
@@ -55,6 +65,8 @@ class ContextDist:
             ) from None
         if low_i < 1 or high_i < low_i:
             raise UsageError(f"--context: need 1 <= LOW <= HIGH, got {text!r}")
+        if high_i > MAX_CONTEXT:
+            raise UsageError(f"--context: at most {MAX_CONTEXT} tokens, got {text!r}")
         return cls(low_i, high_i)
 
     def __str__(self) -> str:
@@ -106,27 +118,43 @@ def validate(p: SweepPoint) -> None:
     """Raise UsageError naming the flag for anything that cannot describe a real batch.
 
     Checks run in order and stop at the first failure, so later ones may assume earlier ones.
+    Sizes are bounded above (MAX_*): nothing is drawn or allocated for an absurd value.
     """
     checks = [
         (lambda: p.kind in KINDS, "--kind", lambda: f"unknown kind {p.kind!r}; choose from {', '.join(KINDS)}"),
         (lambda: p.dtype in DTYPES, "--dtype", lambda: f"unknown dtype {p.dtype!r}; choose bf16 or fp16"),
-        (lambda: p.num_tokens > 0, "--tokens", lambda: f"query-token counts must be positive, got {p.num_tokens}"),
-        (lambda: p.num_heads > 0, "--heads", lambda: f"must be positive, got {p.num_heads}"),
-        (lambda: p.num_kv_heads > 0, "--kv-heads", lambda: f"must be positive, got {p.num_kv_heads}"),
+        (lambda: _is_int(p.num_tokens, 1, MAX_TOKENS), "--tokens",
+         lambda: f"query-token counts must be between 1 and {MAX_TOKENS}, got {p.num_tokens}"),
+        (lambda: _is_int(p.num_heads, 1, MAX_HEADS), "--heads",
+         lambda: f"must be between 1 and {MAX_HEADS}, got {p.num_heads}"),
+        (lambda: _is_int(p.num_kv_heads, 1, MAX_HEADS), "--kv-heads",
+         lambda: f"must be between 1 and {MAX_HEADS}, got {p.num_kv_heads}"),
         (lambda: p.num_heads % p.num_kv_heads == 0, "--kv-heads",
          lambda: f"heads ({p.num_heads}) must be divisible by kv heads ({p.num_kv_heads})"),
-        (lambda: p.head_dim > 0 and p.head_dim % 8 == 0, "--dim",
-         lambda: f"head dim must be a positive multiple of 8, got {p.head_dim}"),
-        (lambda: p.block_size > 0 and p.block_size % 16 == 0, "--block-size",
-         lambda: f"KV block size must be a positive multiple of 16, got {p.block_size}"),
-        (lambda: 0.0 <= p.decode_share < 1.0, "--decode-share", lambda: f"must be in [0, 1), got {p.decode_share}"),
-        (lambda: 0.0 <= p.prefix_ratio < 1.0, "--prefix-ratio", lambda: f"must be in [0, 1), got {p.prefix_ratio}"),
-        (lambda: p.spec_k > 0, "--spec-k", lambda: f"must be positive, got {p.spec_k}"),
-        (lambda: p.prefill_len > 0, "--prefill-len", lambda: f"must be positive, got {p.prefill_len}"),
+        (lambda: _is_int(p.head_dim, 8, MAX_HEAD_DIM) and p.head_dim % 8 == 0, "--dim",
+         lambda: f"head dim must be a multiple of 8 between 8 and {MAX_HEAD_DIM}, got {p.head_dim}"),
+        (lambda: _is_int(p.block_size, 16, MAX_BLOCK_SIZE) and p.block_size % 16 == 0, "--block-size",
+         lambda: f"KV block size must be a multiple of 16 between 16 and {MAX_BLOCK_SIZE}, got {p.block_size}"),
+        (lambda: _is_fraction(p.decode_share), "--decode-share", lambda: f"must be in [0, 1), got {p.decode_share}"),
+        (lambda: _is_fraction(p.prefix_ratio), "--prefix-ratio", lambda: f"must be in [0, 1), got {p.prefix_ratio}"),
+        (lambda: _is_int(p.spec_k, 1, MAX_SPEC_K), "--spec-k",
+         lambda: f"must be between 1 and {MAX_SPEC_K}, got {p.spec_k}"),
+        (lambda: _is_int(p.prefill_len, 1, MAX_TOKENS), "--prefill-len",
+         lambda: f"must be between 1 and {MAX_TOKENS}, got {p.prefill_len}"),
+        (lambda: _is_int(p.seed, 0, MAX_SEED), "--seed", lambda: f"must be between 0 and 2**63 - 1, got {p.seed}"),
     ]
     for ok, flag, message in checks:
         if not ok():
             raise UsageError(f"{flag}: {message()}")
+
+
+def _is_int(value, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _is_fraction(value) -> bool:
+    """In [0, 1): NaN fails every comparison, so it is refused too."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value < 1.0
 
 
 @dataclass(frozen=True)

@@ -17,20 +17,21 @@ the GPU) is what the threshold is for, so keep it above what two repeats of one 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from attnbench.errors import UsageError
-from attnbench.results.files import KEY_COLUMNS, load_results
+from attnbench.errors import AttnbenchError, UsageError
+from attnbench.results.files import results_file
+from attnbench.results.read import KERNEL, MEASURED, ResultKind, canonical
 
 VERDICTS = ("slower", "faster", "noisy", "same")
 CONFIDENCE = 0.95
 RESAMPLES = 1000
 MIN_SAMPLES = 5  # below this a bootstrap median takes a handful of values: use the p10..p90 spread
-MEASURED = ("pass", "fail")
 
 
 def parse_threshold(text: str) -> float:
@@ -40,12 +41,13 @@ def parse_threshold(text: str) -> float:
         value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
     except ValueError:
         raise UsageError(f"--threshold: expected a percentage such as 5% (or 0.05), got {text!r}") from None
-    if not 0 <= value < 1:
+    if not 0 <= value < 1:  # also refuses nan
         raise UsageError(f"--threshold: must be at least 0% and below 100% (5% or 0.05), got {text!r}")
     return value
 
 
 def parse_samples(cell) -> np.ndarray:
+    """A samples_ms cell (read.py has checked it) -> its times; none when it is empty."""
     if not isinstance(cell, str) or not cell.strip():
         return np.empty(0)
     return np.array([float(x) for x in cell.split()])
@@ -72,9 +74,10 @@ def classify(ratio: float, low: float, high: float, threshold: float) -> str:
     return "noisy"
 
 
-def judge(base: pd.Series, new: pd.Series, threshold: float) -> dict:
-    """One matched row pair -> ratio, interval, how the interval was made, verdict."""
-    ratio = new["median_ms"] / base["median_ms"]
+def judge(base: pd.Series, new: pd.Series, threshold: float, measure: str = "median_ms") -> dict:
+    """One matched row pair -> ratio, interval, how the interval was made, verdict. Rows without
+    samples or a p10..p90 spread (e2e rows store neither) get the median-only verdict."""
+    ratio = new[measure] / base[measure]
     base_samples, new_samples = parse_samples(base.get("samples_ms")), parse_samples(new.get("samples_ms"))
     if min(len(base_samples), len(new_samples)) >= MIN_SAMPLES:
         low, high = ratio_interval(base_samples, new_samples)
@@ -89,23 +92,13 @@ def judge(base: pd.Series, new: pd.Series, threshold: float) -> dict:
             "verdict": classify(ratio, low, high, threshold)}
 
 
-def canonical(value) -> str:
-    """One spelling per key value, so 1024 (CSV int) matches '1024' (string column) and True 'True'."""
-    text = str(value)
-    if text in ("True", "False"):
-        return text.lower()
-    try:
-        return repr(float(text))
-    except ValueError:
-        return text
-
-
-def match_columns(ignore: list[str] | None = None) -> list[str]:
-    """KEY_COLUMNS less the ones to ignore (to compare an eager run with a graph run: ignore mode)."""
-    unknown = [c for c in ignore or [] if c not in KEY_COLUMNS]
+def match_columns(ignore: list[str] | None = None, kind: ResultKind = KERNEL) -> list[str]:
+    """The kind's key less the columns to ignore (to compare an eager run with a graph run: ignore mode)."""
+    unknown = [c for c in ignore or [] if c not in kind.key]
     if unknown:
-        raise UsageError(f"--ignore: {unknown[0]!r} is not a key column; choose from {', '.join(KEY_COLUMNS)}")
-    return [c for c in KEY_COLUMNS if c not in (ignore or [])]
+        raise UsageError(f"--ignore: {unknown[0]!r} is not a key column of {kind.name} results; "
+                         f"choose from {', '.join(kind.key)}")
+    return [c for c in kind.key if c not in (ignore or [])]
 
 
 def _keyed(df: pd.DataFrame, name: str, key: list[str]) -> pd.DataFrame:
@@ -119,12 +112,13 @@ def _keyed(df: pd.DataFrame, name: str, key: list[str]) -> pd.DataFrame:
 
 @dataclass
 class Comparison:
-    rows: pd.DataFrame       # key columns, base_ms, new_ms, ratio, ci_low, ci_high, method, verdict, label
+    rows: pd.DataFrame       # key columns, base_time, new_time, ratio, ci_low, ci_high, method, verdict, label
     only_base: pd.DataFrame  # rows of BASE with no match in NEW
     only_new: pd.DataFrame
     untimed: pd.DataFrame    # matched, but skipped or errored in one of the runs
     threshold: float
     label_columns: list[str]  # the key columns that tell the rows of both runs apart
+    unit: str = "ms"          # of base_time and new_time: ms for kernel rows, s for e2e rows
 
     def labels(self, frame: pd.DataFrame) -> list[str]:
         return labels(frame, self.label_columns)
@@ -154,8 +148,10 @@ class Comparison:
         return self.count("slower") > 0 or bool(self.broken())
 
 
-def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float,
-                 key: list[str] = KEY_COLUMNS) -> Comparison:
+def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float, key: list[str] | None = None,
+                 kind: ResultKind = KERNEL) -> Comparison:
+    """Rows of BASE and NEW (of one kind) matched on key (default: the kind's whole key) and judged."""
+    key = list(kind.key) if key is None else key
     base_k, new_k = _keyed(base, "BASE", key), _keyed(new, "NEW", key)
     common = base_k.index.intersection(new_k.index, sort=False)
     if common.empty:
@@ -165,9 +161,9 @@ def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float,
     records = []
     for k in timed:
         b, n = base_k.loc[k], new_k.loc[k]
-        records.append({**{c: n[c] for c in key}, "base_ms": b["median_ms"], "new_ms": n["median_ms"],
-                        **judge(b, n, threshold), "check": n["verdict"], "base_check": b["verdict"]})
-    rows = pd.DataFrame(records, columns=[*key, "base_ms", "new_ms", "ratio", "ci_low", "ci_high",
+        records.append({**{c: n[c] for c in key}, "base_time": b[kind.measure], "new_time": n[kind.measure],
+                        **judge(b, n, threshold, kind.measure), "check": n["verdict"], "base_check": b["verdict"]})
+    rows = pd.DataFrame(records, columns=[*key, "base_time", "new_time", "ratio", "ci_low", "ci_high",
                                           "method", "verdict", "check", "base_check"])
     label_columns = varying(pd.concat([base, new]), key)
     rows["label"] = labels(rows, label_columns)
@@ -182,7 +178,7 @@ def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float,
         return frame.loc[frame.index.difference(common, sort=False), key].reset_index(drop=True)
 
     return Comparison(rows=rows, only_base=only(base_k), only_new=only(new_k), untimed=untimed.reset_index(drop=True),
-                      threshold=threshold, label_columns=label_columns)
+                      threshold=threshold, label_columns=label_columns, unit=kind.unit)
 
 
 # ---- labels: a row named by the key columns that tell it apart ----------------------------------
@@ -191,6 +187,7 @@ _FORMAT = {
     "num_tokens": "N={}", "num_heads": "h{}", "num_kv_heads": "kv{}", "head_dim": "d{}", "block_size": "bs{}",
     "context": "ctx={}", "decode_share": "decode_share={}", "prefix_ratio": "prefix={}", "spec_k": "k={}",
     "prefill_len": "prefill_len={}", "seed": "seed{}", "l2": "{}-L2",
+    "input_len": "in={}", "output_len": "out={}", "batch_size": "batch={}", "chunk_size": "chunk={}",
 }
 
 
@@ -206,9 +203,9 @@ def row_label(row, columns) -> str:
     return " ".join(format_field(c, row[c]) for c in columns)
 
 
-def varying(df: pd.DataFrame, key: list[str] = KEY_COLUMNS) -> list[str]:
+def varying(df: pd.DataFrame, key: list[str]) -> list[str]:
     """The kind plus the key columns that vary in df: short labels, enough to tell rows apart."""
-    return [c for c in key if c == "kind" or df[c].map(canonical).nunique() > 1]
+    return [c for c in key if c == "kind" or df[c].map(canonical).nunique() > 1] or key[:1]
 
 
 def labels(df: pd.DataFrame, columns: list[str]) -> list[str]:
@@ -217,19 +214,33 @@ def labels(df: pd.DataFrame, columns: list[str]) -> list[str]:
 
 # ---- environments ---------------------------------------------------------------------------------
 
-def load_env(results: str | Path) -> dict:
-    path = Path(results)
-    path = (path if path.is_dir() else path.parent) / "env.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+def load_env(results: str | Path, name: str = "") -> dict:
+    """The env.json beside a run's results ({} when there is none); AttnbenchError when it is broken:
+    compare shows environment differences first, and a broken file must not hide them."""
+    path = results_file(results).with_name("env.json")
+    if not os.path.lexists(path):
+        return {}
+    where = f"{name}: {path}" if name else str(path)
+    try:
+        env = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise AttnbenchError(f"{where} is not a readable JSON file ({str(exc) or type(exc).__name__}); "
+                             "fix it or move it away to compare without environments") from None
+    if not isinstance(env, dict):
+        raise AttnbenchError(f"{where} holds JSON {type(env).__name__}, not an object of environment entries")
+    return env
 
 
-def _flatten(value, prefix: str = "") -> dict:
-    if isinstance(value, dict):
-        flat = {}
-        for k, v in value.items():
-            flat.update(_flatten(v, f"{prefix}{k}."))
-        return flat
-    return {prefix.rstrip("."): value}
+def _flatten(env: dict) -> dict:
+    """{"gpu": {"name": x}} -> {"gpu.name": x}, in file order; a loop, so no nesting is too deep."""
+    flat, todo = {}, [("", env)]
+    while todo:
+        prefix, value = todo.pop()
+        if isinstance(value, dict):
+            todo += reversed([(f"{prefix}{k}.", v) for k, v in value.items()])
+        else:
+            flat[prefix.rstrip(".")] = value
+    return flat
 
 
 IGNORED_ENV = ("timestamp", "command")
@@ -242,15 +253,6 @@ def env_differences(base_env: dict, new_env: dict) -> list[tuple[str, object, ob
     return [(k, base.get(k), new.get(k)) for k in keys if base.get(k) != new.get(k)]
 
 
-def load(path: str | Path, name: str) -> pd.DataFrame:
-    path = Path(path)
-    if not path.exists():
-        raise UsageError(f"{name}: {path} does not exist (give a results directory, results.csv or results.parquet)")
-    if path.is_dir() and not any((path / f).exists() for f in ("results.csv", "results.parquet")):
-        raise UsageError(f"{name}: {path} holds no results.csv or results.parquet")
-    return load_results(path)
-
-
 # ---- Markdown for a PR comment --------------------------------------------------------------------
 
 def summary_line(c: Comparison) -> str:
@@ -258,12 +260,12 @@ def summary_line(c: Comparison) -> str:
     return f"{len(c.rows)} rows compared: {counts} (threshold {c.threshold:.1%}, {CONFIDENCE:.0%} intervals)"
 
 
-def _markdown_rows(rows: pd.DataFrame) -> list[str]:
-    lines = ["| row | base ms | new ms | new / base | interval | verdict |", "|---|---:|---:|---:|---|---|"]
+def _markdown_rows(rows: pd.DataFrame, unit: str) -> list[str]:
+    lines = [f"| row | base {unit} | new {unit} | new / base | interval | verdict |", "|---|---:|---:|---:|---|---|"]
     for r in rows.itertuples(index=False):
         verdict = f"**{r.verdict}**" if r.verdict == "slower" else r.verdict
         check = "" if r.check == "pass" else f" (new: check {r.check})"
-        lines.append(f"| {r.label} | {r.base_ms:.4f} | {r.new_ms:.4f} | {r.ratio:.3f} | "
+        lines.append(f"| {r.label} | {r.base_time:.4f} | {r.new_time:.4f} | {r.ratio:.3f} | "
                      f"{r.ci_low:.3f}–{r.ci_high:.3f} ({r.method}) | {verdict}{check} |")
     return lines
 
@@ -277,9 +279,9 @@ def markdown(c: Comparison, env_diff: list[tuple[str, object, object]]) -> str:
     changed = c.rows[c.rows["verdict"] != "same"]
     same = c.rows[c.rows["verdict"] == "same"]
     if not changed.empty:
-        lines += _markdown_rows(changed)
+        lines += _markdown_rows(changed, c.unit)
     if not same.empty:  # folded: a PR comment should open on what changed
         lines += ["", f"<details><summary>{len(same)} rows the same within {c.threshold:.1%}</summary>", "",
-                  *_markdown_rows(same), "", "</details>"]
+                  *_markdown_rows(same, c.unit), "", "</details>"]
     lines += [f"\n{line}" for line in c.unmatched()]
     return "\n".join(lines) + "\n"

@@ -1,7 +1,8 @@
 """Saved results -> the formats other tools read: github-action-benchmark JSON, Markdown, CSV, plots.
 
 Everything starts from the rows of a results.csv / results.parquet, never from a live run, so a
-CI job can run a scenario once and publish it in every format afterwards.
+CI job can run a scenario once and publish it in every format afterwards. Kernel sweeps and e2e
+runs (attnbench e2e) both export and plot; each format takes the kind of the rows it is given.
 
 `by_setting` exists because the seed-shaped table and the plots lay out kind, tokens, shape,
 backend, strategy and mode only: rows that differ in another key column (context length, prefix
@@ -11,13 +12,17 @@ ratio, ...) would land in one cell. Splitting on those columns first keeps every
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
 
-from attnbench.results.compare import MEASURED, canonical, row_label
-from attnbench.results.plots import plot_runs
+from attnbench.e2e.report import e2e_markdown, e2e_table, plot_e2e
+from attnbench.errors import AttnbenchError, UsageError
+from attnbench.results.compare import row_label
 from attnbench.results.files import COLUMNS, KEY_COLUMNS, markdown_table, seed_table
+from attnbench.results.plots import plot_runs
+from attnbench.results.read import E2E, KERNEL, MEASURED, ResultKind, Run, canonical
 
 # what seed_table and plot_runs lay out (and, for prefix rows, the prefix ratio); any other key
 # column that varies splits the rows
@@ -28,6 +33,7 @@ KIND_SETTINGS = {"decode": ("context",), "specdec": ("spec_k", "context"), "pref
                  "prefix": ("prefill_len", "prefix_ratio"), "mixed": ("decode_share", "context")}
 POINT = ("kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim", "dtype", "block_size", "causal")
 RUN = ("backend", "strategy", "mode", "l2")
+E2E_POINT = ("model", "dtype", "input_len", "output_len", "batch_size", "block_size", "chunk_size")
 
 
 def by_setting(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -48,12 +54,21 @@ def seed_tables(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return [(label, seed_table(rows)) for label, rows in by_setting(df)]
 
 
-def plot_results(runs: list[tuple[str, pd.DataFrame]], out_dir: Path) -> list[Path]:
-    """plot_runs over several runs, each split by setting so no two settings share a line."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    split = [(" ".join(p for p in (label, setting) if p), rows)
-             for label, df in runs for setting, rows in by_setting(df)]
-    return plot_runs(split, out_dir)
+def plot_results(runs: list[tuple[str, pd.DataFrame]], out_dir: Path, kind: ResultKind = KERNEL) -> list[Path]:
+    """plot_runs over several runs, each split by setting so no two settings share a line; e2e runs
+    with plot_e2e, each run's label before its backend."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise AttnbenchError(f"cannot write plots into {out_dir}: it is a file, not a directory")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if kind is E2E:
+            return plot_e2e(pd.concat([df.assign(backend=[f"{label} {b}".strip() for b in df["backend"]])
+                                       for label, df in runs], ignore_index=True), out_dir)
+        split = [(" ".join(p for p in (label, setting) if p), rows)
+                 for label, df in runs for setting, rows in by_setting(df)]
+        return plot_runs(split, out_dir)
+    except OSError as exc:  # mkdir or savefig: a path under a file, no permission, a full disk
+        raise AttnbenchError(f"cannot write plots into {out_dir}: {exc.strerror or exc}") from None
 
 
 # ---- github-action-benchmark ----------------------------------------------------------------------
@@ -83,7 +98,7 @@ def gab_entries(df: pd.DataFrame) -> list[dict]:
     timed = df[df["verdict"].isin(MEASURED)]
     entries = []
     for name, (_, r) in zip(_unique_names(timed), timed.iterrows()):
-        extra = {"p10 ms": _number(r["p10_ms"]), "p90 ms": _number(r["p90_ms"]), "samples": int(r["samples"]),
+        extra = {"p10 ms": _number(r["p10_ms"]), "p90 ms": _number(r["p90_ms"]), "samples": _number(r["samples"], ".0f"),
                  "check": r["verdict"], "gpu": r["gpu"], "library": f"{r['library']} {r['library_version']}",
                  "TFLOP/s": _number(r["tflops"]), "GB/s": _number(r["gbps"])}
         entries.append({"name": name, "unit": "ms", "value": float(r["median_ms"]),
@@ -92,15 +107,31 @@ def gab_entries(df: pd.DataFrame) -> list[dict]:
     return entries
 
 
-def to_gab(df: pd.DataFrame) -> str:
-    return json.dumps(gab_entries(df), indent=2) + "\n"
+def e2e_gab_entries(df: pd.DataFrame) -> list[dict]:
+    """customSmallerIsBetter entries for timed e2e rows: value = p50 request latency in seconds."""
+    entries = []
+    for _, r in df[df["verdict"].isin(MEASURED)].iterrows():
+        extra = {"p90 s": _number(r["request_p90_s"]), "p99 s": _number(r["request_p99_s"]),
+                 "output tok/s": _number(r["output_tok_s"]), "check": r["verdict"], "gpu": r["gpu"],
+                 "library": f"{r['library']} {r['library_version']}"}
+        entries.append({"name": f"e2e {row_label(r, E2E_POINT)} | {row_label(r, RUN[:3])}", "unit": "s",
+                        "value": float(r["request_p50_s"]), "extra": "\n".join(f"{k}: {v}" for k, v in extra.items())})
+    return entries
 
 
-def to_markdown(df: pd.DataFrame) -> str:
-    """The seed-shaped table, one per setting (context, prefix ratio, ...) when the run swept one."""
+def to_gab(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
+    return json.dumps(e2e_gab_entries(df) if kind is E2E else gab_entries(df), indent=2) + "\n"
+
+
+def to_markdown(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
+    """The seed-shaped table, one per setting (context, prefix ratio, ...) when the run swept one;
+    for an e2e run, its table of p50 request latency per strategy."""
     gpu = ", ".join(sorted(set(df["gpu"].dropna().astype(str))))
     libraries = ", ".join(sorted({f"{b} ({lib} {v})" for b, lib, v in
                                   df[["backend", "library", "library_version"]].dropna().itertuples(index=False)}))
+    if kind is E2E:
+        return (f"**{gpu}**: {libraries}; p50 request latency, s; split / unified > 1 means unified is faster\n\n"
+                + e2e_markdown(e2e_table(df)))
     lines = [f"**{gpu}**: {libraries}; median ms; split / unified > 1 means unified is faster", ""]
     for label, table in seed_tables(df):
         if label:
@@ -109,9 +140,23 @@ def to_markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def to_csv(df: pd.DataFrame) -> str:
+def to_csv(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
     """results.csv's columns and order, so `compare` and `plot` read the export like a run."""
-    return df[[c for c in COLUMNS if c in df.columns]].to_csv(index=False)
+    return (df if kind is E2E else df[[c for c in COLUMNS if c in df.columns]]).to_csv(index=False)
 
 
 FORMATS = {"gab": to_gab, "md": to_markdown, "csv": to_csv}
+
+
+def write_output(path: Path, text: str, flag: str, inputs: list[Run]) -> None:
+    """Write a tool's output file; refuse a path that is one of the runs it was made from."""
+    sources = {os.path.realpath(run.source.parent / name) for run in inputs
+               for name in (run.source.name, "results.csv", "results.parquet", "env.json")}
+    if os.path.realpath(path) in sources:
+        raise UsageError(f"{flag}: {path} is part of the results being read; writing it would overwrite them")
+    if os.path.isdir(path):
+        raise UsageError(f"{flag}: {path} is a directory; give a file path")
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise UsageError(f"{flag}: cannot write {path}: {exc.strerror or exc}") from None

@@ -7,11 +7,16 @@ so `attnbench plot` / `compare` can rebuild any output from a saved results.csv.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+import os
 from pathlib import Path
 
 import pandas as pd
+
+from attnbench.errors import AttnbenchError
+from attnbench.results.rundir import replace_atomic, write_text_atomic
 
 POINT_COLUMNS = [
     "kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim", "dtype", "block_size", "causal",
@@ -30,43 +35,147 @@ KEY_COLUMNS = POINT_COLUMNS[:14] + ["backend", "strategy", "mode", "l2"]
 
 
 class RowWriter:
-    """Appends each row to results.csv as soon as it exists, flushing every time."""
+    """Appends rows to results.csv, flushing after each call, never following a symlink.
 
-    def __init__(self, out_dir: Path):
+    A new run creates the file (it must not exist: the run directory was claimed empty). A
+    resumed run rewrites it atomically with the rows it keeps, then appends after them.
+    """
+
+    def __init__(self, out_dir: Path, keep: list[dict] | None = None):
         self.path = out_dir / "results.csv"
-        self._file = self.path.open("w", newline="")
-        self._csv = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="ignore")
-        self._csv.writeheader()
-        self._file.flush()
         self.rows: list[dict] = []
+        if keep is not None:
+            replace_atomic(self.path, lambda tmp: self._write_all(tmp, keep))
+        flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+        if keep is None:
+            flags |= os.O_CREAT | os.O_EXCL
+        self._file = os.fdopen(os.open(self.path, flags, 0o644), "w", newline="")
+        self._csv = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="ignore")
+        if keep is None:
+            self._csv.writeheader()
+            self._file.flush()
+
+    @staticmethod
+    def _write_all(path: Path, rows: list[dict]) -> None:
+        with path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows({k: cell(row.get(k)) for k in COLUMNS} for row in rows)
 
     def write(self, row: dict) -> None:
-        self.rows.append(row)
-        self._csv.writerow({k: _cell(row.get(k)) for k in COLUMNS})
+        self.write_many([row])
+
+    def write_many(self, rows: list[dict]) -> None:
+        self.rows += rows
+        self._csv.writerows({k: cell(row.get(k)) for k in COLUMNS} for row in rows)
         self._file.flush()
 
     def close(self) -> None:
         self._file.close()
 
 
-def _cell(value):
+def cell(value):
+    """A value as results.csv writes it."""
     if isinstance(value, float) and math.isnan(value):
         return "nan"
     return "" if value is None else value
 
 
+TEXT_COLUMNS = {"reason": str, "samples_ms": str, "peak_source": str}
+
+
 def load_results(path: str | Path) -> pd.DataFrame:
-    """A results directory, results.csv or results.parquet -> DataFrame."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "results.parquet" if (path / "results.parquet").exists() else path / "results.csv"
+    """A results directory, results.csv or results.parquet -> DataFrame; AttnbenchError naming the
+    file when it cannot be read as one.
+
+    A directory means its results.csv: every run writes that file row by row, while results.parquet
+    is an extra (written only where pyarrow is installed) and may be older than the CSV. A .parquet
+    path is read only with pyarrow: without it the error says so rather than read another file.
+    """
+    path = results_file(path)
+    if path.name == "results.csv" and os.path.isdir(path.parent) and not os.path.lexists(path):
+        parquet = os.path.exists(path.with_name("results.parquet"))
+        raise AttnbenchError(f"{path.parent} holds no results.csv"
+                             + (" (only results.parquet: give that file to read it)" if parquet else ""))
+    if not os.path.isfile(path):
+        raise AttnbenchError(_not_a_file(path))
     if path.suffix == ".parquet":
+        return _read_parquet(path)
+    text = _csv_text(path)
+    try:
+        return pd.read_csv(io.StringIO(text), dtype=TEXT_COLUMNS)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        raise AttnbenchError(f"{path} is not a readable CSV file ({str(exc).strip().splitlines()[0]})") from None
+
+
+def results_file(path: str | Path) -> Path:
+    """The file a results path means: a run directory's results.csv, or the file itself."""
+    path = Path(path)
+    return path / "results.csv" if os.path.isdir(path) and path.suffix not in (".csv", ".parquet") else path
+
+
+def _not_a_file(path: Path) -> str:
+    # os.path, not Path: its checks answer False for a name too long or holding a NUL, never raise
+    if os.path.isdir(path):
+        return f"{path} is a directory where a results file was expected"
+    if os.path.exists(path):
+        return f"{path} is not a regular file"
+    blocking = next((p for p in path.parents if os.path.exists(p)), None)
+    if blocking is not None and not os.path.isdir(blocking):
+        return f"{path} does not exist: {blocking} is a file, not a directory"
+    return f"{path} does not exist"
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    try:
+        import pyarrow
+    except ImportError:
+        csv_path = path.with_name("results.csv")
+        instead = f"; {csv_path} beside it holds the rows" if os.path.isfile(csv_path) else ""
+        raise AttnbenchError(f"{path}: reading parquet needs pyarrow (pip install pyarrow){instead}") from None
+    try:
         return pd.read_parquet(path)
-    return pd.read_csv(path, keep_default_na=True, dtype={"reason": str, "samples_ms": str, "peak_source": str})
+    except (OSError, ValueError, pyarrow.ArrowException) as exc:
+        raise AttnbenchError(f"{path} is not a readable parquet file ({str(exc).strip().splitlines()[0]})") from None
+
+
+def _csv_text(path: Path) -> str:
+    """The file's text, once it is known to be a whole CSV table: UTF-8, one field count, a line end last."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise AttnbenchError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if b"\0" in data:
+        raise AttnbenchError(f"{path} is not a CSV file: it holds NUL bytes (binary data, or a write that was cut)")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise AttnbenchError(f"{path} is not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); "
+                             "results files are UTF-8 CSV") from None
+    if not text.strip():
+        raise AttnbenchError(f"{path} is empty")
+    if text.lstrip()[:1] in ("{", "["):
+        raise AttnbenchError(f"{path} looks like JSON, not a results CSV")
+    # a long sampling budget makes samples_ms cells longer than the csv module's default limit
+    csv.field_size_limit(max(csv.field_size_limit(), len(text)))
+    try:
+        header, *rows = csv.reader(io.StringIO(text))
+    except csv.Error as exc:
+        raise AttnbenchError(f"{path} is not a readable CSV file ({exc})") from None
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:
+        raise AttnbenchError(f"{path}: column {repeated[0]} appears more than once in the header")
+    for number, row in enumerate((r for r in rows if r), 1):
+        if len(row) != len(header):
+            raise AttnbenchError(f"{path} row {number} has {len(row)} field(s), the header {len(header)}: "
+                                 "a cut or mangled line")
+    if rows and not text.endswith(("\n", "\r")):
+        raise AttnbenchError(f"{path} ends mid-row (no line end after the last row): the file was cut short")
+    return text
 
 
 def write_env(out_dir: Path, env: dict) -> None:
-    (out_dir / "env.json").write_text(json.dumps(env, indent=2, default=str) + "\n")
+    write_text_atomic(out_dir / "env.json", json.dumps(env, indent=2, default=str) + "\n")
 
 
 def write_parquet(df: pd.DataFrame, out_dir: Path) -> Path | None:
@@ -75,7 +184,7 @@ def write_parquet(df: pd.DataFrame, out_dir: Path) -> Path | None:
     except ImportError:
         return None
     path = out_dir / "results.parquet"
-    df.to_parquet(path, index=False)
+    replace_atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
     return path
 
 
@@ -144,5 +253,5 @@ def write_summary(df: pd.DataFrame, out_dir: Path, env: dict) -> Path:
     if not rules.empty:
         lines += ["## How lengths were drawn\n", *[f"- {rule}" for rule in rules], ""]
     path = out_dir / "summary.md"
-    path.write_text("\n".join(lines))
+    write_text_atomic(path, "\n".join(lines))
     return path

@@ -1,0 +1,166 @@
+"""The e2e job: validate, build the model once, own the run directory, run every point, write outputs.
+
+Like the kernel job: the directory is claimed (new or empty, `--force`, `--resume`) and locked;
+a point's rows and agreements reach results.csv / agreement.csv (rewritten atomically) once the
+point is complete; Ctrl-C or SIGTERM abandons the current point, writes the outputs of what was
+measured and exits 130 / 143; `--resume DIR` measures only the points DIR lacks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import torch
+from rich.console import Console
+
+from attnbench.console import default_out_dir, progress
+from attnbench.device import device_name, resolve_device
+from attnbench.e2e.checkpoint import load_hf_checkpoint
+from attnbench.e2e.engine import estimate_bytes
+from attnbench.e2e.model import fused, random_model
+from attnbench.e2e.report import write_e2e_outputs
+from attnbench.e2e.runner import (
+    GiB,
+    E2EArgs,
+    ModelEngines,
+    attention_point,
+    check_fits,
+    graph_mode,
+    length_pairs,
+    resolve_model,
+    run_point,
+    validate_args,
+)
+from attnbench.errors import Interrupted, UsageError
+from attnbench.interrupts import SignalReceived, signal_of, signals_raise
+from attnbench.kernels.backends.registry import get_backend, resolve_backends
+from attnbench.kernels.inputs import torch_dtype
+from attnbench.kernels.plan import check_measured
+from attnbench.kernels.workload import DTYPE_ALIASES
+from attnbench.results import files, rundir
+from attnbench.results.env import collect
+from attnbench.results.profiling import write_report
+
+POINT = ("input_len", "output_len", "batch_size")
+
+
+def point_key(values: dict) -> tuple[str, ...]:
+    return tuple(str(values.get(c)) for c in POINT)
+
+
+def completed(rows: list[dict], backends: list[str], strategies: list[str]) -> set[tuple[str, ...]]:
+    """Points an earlier run finished for every backend x strategy of this run."""
+    needed = {(b, s) for b in backends for s in strategies}
+    seen: dict[tuple[str, ...], set] = {}
+    for row in rows:
+        seen.setdefault(point_key(row), set()).add((row.get("backend"), row.get("strategy")))
+    return {key for key, combos in seen.items() if needed <= combos}
+
+
+def save_table(rows: list[dict], path: Path) -> None:
+    rundir.replace_atomic(path, lambda tmp: pd.DataFrame(rows).to_csv(tmp, index=False))
+
+
+def previous_agreements(out_dir: Path) -> list[dict]:
+    path = out_dir / "agreement.csv"
+    if not path.exists():
+        return []
+    return pd.read_csv(path, dtype=str, keep_default_na=False).to_dict("records")
+
+
+def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
+    validate_args(args)
+    pairs = length_pairs(args)
+    device = resolve_device(args.device)
+    margs, path = resolve_model(args.model)
+    dtype_name = DTYPE_ALIASES[args.dtype]
+    max_model_len = max(i + o for i, o in pairs)
+    if max_model_len > margs.max_positions:
+        raise UsageError(f"--input-len/--output-len: {max_model_len} tokens exceed {margs.name}'s "
+                         f"{margs.max_positions} positions")
+    point = attention_point(margs, dtype_name, args.block_size)
+    backends = resolve_backends(args.backends, device)
+    for b in backends:
+        reason = get_backend(b).supports(point, "unified", device)
+        if reason:
+            raise UsageError(f"--backend: {b} cannot run {margs.name} here: {reason}")
+    max_bs = max(args.batch_sizes)
+    plans = {b: graph_mode(b, device, args.eager, max_bs) for b in backends}
+    runs_at_once = len(backends) * len(args.strategies) * (2 if any(g for g, _ in plans.values()) else 1)
+    elt = torch.empty((), dtype=torch_dtype(dtype_name)).element_size()
+    parts = estimate_bytes(margs, elt, max_bs, max_model_len, args.block_size,
+                           args.chunk_size or max(b * i for b in args.batch_sizes for i, _ in pairs),
+                           max(b * o for b in args.batch_sizes for _, o in pairs) * runs_at_once)
+    check_fits(parts, args.model, device)
+    if args.resume and args.out and Path(args.out) != Path(args.resume):
+        raise UsageError(f"--resume/--out: resume writes into {args.resume}; leave --out out or give the same path")
+
+    gpu_name = device_name(device)
+    out_dir = Path(args.resume or args.out or default_out_dir(gpu_name or "cpu", "e2e"))
+    rundir.prepare(out_dir, force=args.force, resume=bool(args.resume), flag="--resume" if args.resume else "--out")
+    with rundir.locked(out_dir):
+        env = collect(command)
+        env["e2e"] = {"model": margs.name, "model_args": dict(vars(margs)), "params_b": margs.num_params / 1e9,
+                      "weights": f"checkpoint {path}" if path else f"random (seed {args.seed})",
+                      "dtype": dtype_name, "block_size": args.block_size, "chunk_size": args.chunk_size,
+                      "max_model_len": max_model_len, "warmup": args.warmup, "iters": args.iters,
+                      "memory_estimate_gib": {k: round(v / GiB, 3) for k, v in parts.items()},
+                      "graphs": {b: note for b, (_, note) in plans.items()}}
+        points = [(i, o, b) for i, o in pairs for b in args.batch_sizes]
+        rows: list[dict] = []
+        agreements: list[dict] = []
+        if args.resume:
+            old_env = rundir.read_env(out_dir)
+            rundir.check_resumable(old_env, env, out_dir)
+            if old_env.get("e2e", {}).get("model_args") != env["e2e"]["model_args"]:
+                raise UsageError(f"--resume: {out_dir} was measured on another model ({old_env['e2e'].get('model')})")
+            done = completed(rundir.read_rows(out_dir), backends, args.strategies)
+            rows = [r for r in rundir.read_rows(out_dir) if point_key(r) in done]
+            agreements = [a for a in previous_agreements(out_dir) if point_key(a) in done]
+            console.print(f"resuming {out_dir}: {len(done & {point_key(dict(zip(POINT, p))) for p in points})} "
+                          f"of {len(points)} points already measured")
+            points = [p for p in points if point_key(dict(zip(POINT, p))) not in done]
+        files.write_env(out_dir, env)
+        # the model is built only now: a refused --out or --resume costs no weights
+        dtype = torch_dtype(dtype_name)
+        model = load_hf_checkpoint(path, dtype, device, margs) if path else random_model(margs, dtype, device, args.seed)
+        engines = ModelEngines(model, max_bs, max_model_len, args.block_size, args.chunk_size, args.seed)
+        base = {"model": margs.name, "params_b": round(margs.num_params / 1e9, 3), "dtype": dtype_name,
+                "block_size": args.block_size, "chunk_size": args.chunk_size or 0, "device": device.type,
+                "gpu": gpu_name or "cpu", "warmup": args.warmup, "iters": args.iters}
+        console.print(f"{margs.name} ({margs.num_params / 1e9:.2f} B params, {dtype_name}) on {gpu_name or 'cpu'}: "
+                      f"{len(points)} points x {len(backends)} backend(s) x {len(args.strategies)} strategies -> {out_dir}")
+        stopped = None
+        finished = 0
+        with progress(console) as bar:
+            task = bar.add_task("e2e", total=len(points))
+            try:
+                with signals_raise():
+                    for input_len, output_len, batch_size in points:
+                        bar.update(task, description=f"in {input_len} / out {output_len} / batch {batch_size}")
+                        fields = {**base, "input_len": input_len, "output_len": output_len, "batch_size": batch_size}
+                        new_rows, new_agreements = run_point(engines, args, plans, fields,
+                                                             out_dir if args.profile else None)
+                        rows += new_rows
+                        agreements += new_agreements
+                        save_table(rows, out_dir / "results.csv")
+                        if agreements:
+                            save_table(agreements, out_dir / "agreement.csv")
+                        finished += 1
+                        bar.update(task, advance=1)
+            except (KeyboardInterrupt, SignalReceived) as exc:
+                stopped = exc
+        env["e2e"]["fused_ops"] = fused.status
+        files.write_env(out_dir, env)
+        if rows:
+            write_e2e_outputs(out_dir, env, console)
+            if args.profile:
+                write_report(out_dir, console)
+    if stopped is not None:
+        name, number = signal_of(stopped)
+        raise Interrupted(f"interrupted by {name} after {finished} of {len(points)} point(s); {out_dir} holds "
+                          f"what was measured (finish it with the same flags and --resume {out_dir})", number)
+    verdicts = pd.Series([r.get("verdict") for r in rows], dtype=object).value_counts().to_dict()
+    check_measured(verdicts, out_dir)
+    return out_dir

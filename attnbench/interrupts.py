@@ -1,0 +1,46 @@
+"""Ctrl-C and SIGTERM end a run cleanly: the current point is abandoned, what was measured stays.
+
+SIGINT already arrives as KeyboardInterrupt; `signals_raise()` makes SIGTERM (what `timeout`,
+`kill` and batch schedulers send) raise too, so both unwind through the same `finally` blocks
+and the run can write its summary, parquet and plots for the points it finished.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+
+class SignalReceived(BaseException):
+    """Raised in the main thread by the SIGTERM handler (a BaseException, like KeyboardInterrupt,
+    so that `except Exception` around one sweep point does not swallow it)."""
+
+    def __init__(self, signal_number: int):
+        super().__init__(signal.Signals(signal_number).name)
+        self.signal_number = signal_number
+
+
+@contextmanager
+def signals_raise() -> Iterator[None]:
+    """Within the block, SIGTERM raises SignalReceived (SIGINT raises KeyboardInterrupt as usual)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SignalReceived(signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def signal_of(exc: BaseException) -> tuple[str, int]:
+    """(name, number) of the signal behind a KeyboardInterrupt or SignalReceived."""
+    if isinstance(exc, SignalReceived):
+        return signal.Signals(exc.signal_number).name, exc.signal_number
+    return "SIGINT", int(signal.SIGINT)

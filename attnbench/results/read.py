@@ -1,0 +1,208 @@
+"""Saved results in, checked: the one door `compare`, `export` and `plot` read through.
+
+files.load_results turns a file into rows. Before the tools divide, plot and publish those rows
+they need two more things: what the file is (a kernel sweep, or an `attnbench e2e` run: each has
+its own key and its own measure), and that what they will compute with is there and is a number.
+A file that fails either ends here in one AttnbenchError naming the file, the row and the column,
+never in a traceback or in a plausible table made of garbage.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from attnbench.errors import AttnbenchError
+from attnbench.kernels.workload import KINDS
+from attnbench.results.files import KEY_COLUMNS, load_results, results_file
+
+MEASURED = ("pass", "fail")  # the verdicts of rows that were timed
+
+
+@dataclass(frozen=True)
+class ResultKind:
+    """What one kind of results file holds, as the tools need to know it."""
+
+    name: str
+    key: tuple[str, ...]          # identifies a measurement across runs: compare matches rows on it
+    measure: str                  # the timed value compared, exported and plotted
+    unit: str
+    spread: tuple[str, ...]       # (low, high) percentile columns around the measure; "" where not stored
+    key_numbers: tuple[str, ...]  # key columns that are a finite number in every row
+    numbers: tuple[str, ...]      # other columns the tools compute with: empty or a finite number
+    optional: tuple[str, ...]     # columns the tools read that an older or trimmed file may lack
+    markers: tuple[str, ...]      # columns only this kind of file has
+
+    def describe(self) -> str:
+        return "a kernel sweep (attnbench kernel / run)" if self.name == "kernel" else "an e2e run (attnbench e2e)"
+
+
+KERNEL = ResultKind(
+    "kernel", tuple(KEY_COLUMNS), "median_ms", "ms", ("p10_ms", "p90_ms"),
+    key_numbers=("num_tokens", "num_heads", "num_kv_heads", "head_dim", "block_size", "decode_share",
+                 "prefix_ratio", "spec_k", "prefill_len", "seed"),
+    numbers=("median_ms", "p10_ms", "p90_ms", "samples", "tflops", "gbps"),
+    optional=("p10_ms", "p90_ms", "samples", "samples_ms", "tflops", "gbps", "gpu", "library", "library_version",
+              "reason"),
+    markers=("kind", "median_ms"))
+E2E = ResultKind(
+    "e2e", ("model", "dtype", "block_size", "chunk_size", "input_len", "output_len", "batch_size", "backend",
+            "strategy", "mode"), "request_p50_s", "s", ("", "request_p90_s"),
+    key_numbers=("block_size", "chunk_size", "input_len", "output_len", "batch_size"),
+    numbers=("request_p50_s", "request_p90_s", "request_p99_s", "output_tok_s"),
+    optional=("request_p90_s", "request_p99_s", "output_tok_s", "agreement", "gpu", "library", "library_version",
+              "reason"),
+    markers=("input_len", "request_p50_s"))
+RESULT_KINDS = (KERNEL, E2E)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One results file, read and checked."""
+
+    path: Path    # as given: a directory or a file
+    source: Path  # the file the rows came from
+    kind: ResultKind
+    rows: pd.DataFrame
+
+
+def load_run(path: str | Path, name: str) -> Run:
+    """A results directory or file -> Run; AttnbenchError starting with `name` (BASE, NEW, RESULTS)."""
+    path, source = Path(path), results_file(path)
+    try:
+        df = load_results(path)
+        kind = kind_of(df, source)
+        return Run(path, source, kind, checked(df, kind, source))
+    except AttnbenchError as exc:
+        raise AttnbenchError(f"{name}: {exc}") from None
+
+
+def one_kind(runs: list[Run], tool: str) -> ResultKind:
+    """The kind all runs share; a kernel sweep and an e2e run side by side is an error."""
+    for run in runs[1:]:
+        if run.kind != runs[0].kind:
+            raise AttnbenchError(f"{runs[0].source} is {runs[0].kind.describe()} and {run.source} "
+                                 f"{run.kind.describe()}: {tool} takes results of one kind")
+    return runs[0].kind
+
+
+def kind_of(df: pd.DataFrame, source: Path) -> ResultKind:
+    found = [kind for kind in RESULT_KINDS if any(c in df.columns for c in kind.markers)]
+    if len(found) == 1:
+        return found[0]
+    listed = " nor ".join(f"{kind.describe()} ({', '.join(kind.markers)})" for kind in RESULT_KINDS)
+    if not found:
+        raise AttnbenchError(f"{source} is not an attnbench results file: it has the columns of neither {listed}")
+    raise AttnbenchError(f"{source} has the columns of both {listed.replace(' nor ', ' and ')}")
+
+
+def checked(df: pd.DataFrame, kind: ResultKind, source: Path) -> pd.DataFrame:
+    """The rows, with the kind's number columns as numbers, once every check below has passed."""
+    missing = [c for c in (*kind.key, "verdict", kind.measure) if c not in df.columns]
+    if missing:
+        raise AttnbenchError(f"{source} lacks column(s) {', '.join(missing)}, which {kind.describe()} "
+                             "results always have")
+    if df.empty:
+        raise AttnbenchError(f"{source} holds no rows (a header only)")
+    df = df.reset_index(drop=True).assign(**{c: np.nan for c in kind.optional if c not in df.columns})
+    for column in (*kind.key_numbers, *kind.numbers):
+        df[column] = _numbers(df, column, source, required=column in kind.key_numbers)
+    verdict = df["verdict"]
+    blank = verdict.isna() | (verdict.astype(str).str.strip() == "")
+    if blank.any():
+        raise AttnbenchError(f"{source} row {_row(blank)}: verdict is empty")
+    timed = verdict.isin(MEASURED)
+    _check_times(df[timed], kind, source)
+    if kind is KERNEL:
+        unknown = ~df["kind"].isin(KINDS)
+        if unknown.any():
+            raise AttnbenchError(f"{source} row {_row(unknown)}: kind {df['kind'][unknown].iloc[0]!r} is not a "
+                                 f"batch kind ({', '.join(KINDS)})")
+        _check_samples(df, source)
+    _check_unique(df, kind, source)
+    return df
+
+
+def _row(mask: pd.Series) -> int:
+    """The first row where mask holds, counted from 1 after the header."""
+    return int(np.flatnonzero(mask.to_numpy())[0]) + 1
+
+
+def _numbers(df: pd.DataFrame, column: str, source: Path, required: bool) -> pd.Series:
+    raw = df[column]
+    if pd.api.types.is_bool_dtype(raw):
+        raise AttnbenchError(f"{source}: column {column} holds True/False, not numbers")
+    values = pd.to_numeric(raw, errors="coerce").astype(float)
+    text = raw.astype(str).str.strip()
+    given = raw.notna() & (text != "")
+    not_number = given & values.isna() & (text.str.lower() != "nan")
+    if not_number.any():
+        raise AttnbenchError(f"{source} row {_row(not_number)}: {column} {raw[not_number].iloc[0]!r} "
+                             "is not a number")
+    infinite = np.isinf(values)
+    if infinite.any():
+        raise AttnbenchError(f"{source} row {_row(infinite)}: {column} is {values[infinite].iloc[0]}, not a "
+                             "finite number")
+    if required and values.isna().any():
+        raise AttnbenchError(f"{source} row {_row(values.isna())}: {column} is empty; every row needs it")
+    # numbers stay as read (an int column stays int, so labels read N=100, not N=100.0)
+    return raw if pd.api.types.is_numeric_dtype(raw) else pd.to_numeric(raw, errors="coerce")
+
+
+def _check_times(timed: pd.DataFrame, kind: ResultKind, source: Path) -> None:
+    """A timed row's measure is a positive time, inside its percentile spread where one is stored."""
+    times = timed[kind.measure]
+    bad = ~(times > 0)
+    if bad.any():
+        row = timed[bad].iloc[0]
+        raise AttnbenchError(f"{source} row {timed.index[bad][0] + 1}: {kind.measure} is {row[kind.measure]} in a "
+                             f"row whose verdict is {row['verdict']}; a timed row needs a positive, finite time")
+    low, high = kind.spread
+    for column, outside in ((low, lambda v: v > times), (high, lambda v: v < times)):
+        if not column:
+            continue
+        wrong = timed[column].notna() & outside(timed[column])
+        if wrong.any():
+            raise AttnbenchError(f"{source} row {timed.index[wrong][0] + 1}: {column} "
+                                 f"{timed[column][wrong].iloc[0]} lies on the wrong side of {kind.measure} "
+                                 f"{times[wrong].iloc[0]}")
+
+
+def _check_samples(df: pd.DataFrame, source: Path) -> None:
+    """samples_ms: empty, or per-sample times separated by spaces, each positive and finite."""
+    for number, cell in enumerate(df["samples_ms"], 1):
+        if not isinstance(cell, str) or not cell.strip():
+            continue
+        try:
+            values = [float(x) for x in cell.split()]
+        except ValueError:
+            values = [math.nan]
+        if not all(math.isfinite(v) and v > 0 for v in values):
+            raise AttnbenchError(f"{source} row {number}: samples_ms must be positive times separated by "
+                                 f"spaces, got {cell[:40]!r}")
+
+
+def canonical(value) -> str:
+    """One spelling per key value, so 1024 (CSV int) matches '1024' (string column) and True 'True'."""
+    text = str(value)
+    if text in ("True", "False"):
+        return text.lower()
+    try:
+        return repr(float(text))
+    except ValueError:
+        return text
+
+
+def _check_unique(df: pd.DataFrame, kind: ResultKind, source: Path) -> None:
+    """One row per configuration: two would make every tool pick one of them, or draw both."""
+    keys = pd.Series(["|".join(canonical(v) for v in row) for row in df[list(kind.key)].itertuples(index=False)])
+    repeated = keys.duplicated()
+    if repeated.any():
+        second = _row(repeated)
+        first = _row(keys == keys[second - 1])
+        raise AttnbenchError(f"{source} rows {first} and {second} measure the same configuration (every key "
+                             f"column equal: {', '.join(kind.key)}); a results file holds one row per configuration")
