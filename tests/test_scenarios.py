@@ -149,6 +149,7 @@ def test_every_kernel_flag_is_a_key_and_reaches_kernel_args(tmp_path):
         device = "cpu"
         out = "somewhere"
         resume = "earlier"
+        point_timeout = 30
         json = true
     """
     flags = scenario.command_flags("kernel")
@@ -166,6 +167,7 @@ def test_every_kernel_flag_is_a_key_and_reaches_kernel_args(tmp_path):
     assert (args.prefill_len, args.causal, args.cold_l2, args.budget_ms, args.rel_spread, args.seed) == (
         64, False, True, 7.0, 0.02, 3)
     assert (args.device, args.out, args.resume, args.json_rows) == ("cpu", Path("somewhere"), Path("earlier"), True)
+    assert args.point_timeout == 30.0
 
 
 def test_cli_flags_override_the_file(tmp_path):

@@ -43,6 +43,8 @@ def kernel(
     profile: Annotated[bool, typer.Option(help="After timing each row, run torch.profiler over a few more calls: traces for TensorBoard and Perfetto under <out>/profile, kernel breakdown in profile_kernels.csv and profile.md. Example: --profile")] = False,
     force: Annotated[bool, typer.Option(help="Run into an --out that holds an earlier run, removing the files attnbench wrote there first (other files stay). Example: --force")] = False,
     resume: Annotated[Optional[Path], typer.Option(help="Finish an interrupted run: the same flags, and the directory it wrote; only the points it lacks are measured (refused if the GPU or library versions differ). Example: --resume results/20261130-h200-kernel")] = None,
+    isolate: Annotated[bool, typer.Option(help="Run each point in a worker process with a watchdog: a point that hangs (past --point-timeout), crashes its process or runs out of memory becomes a timeout / crashed / oom row and the sweep goes on. Example: --isolate")] = False,
+    point_timeout: Annotated[Optional[float], typer.Option(help="With --isolate: the longest a point may go without a result, in seconds (default 600 on a GPU, above FA2's 1-2 minute first-use compile on Hopper; 120 on the CPU). Example: --point-timeout 300")] = None,
 ) -> None:
     """Sweep query-token counts x heads x head dims over unified and split attention, check every
     result against a float32 reference, time it, and write tables and plots.

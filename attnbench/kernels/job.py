@@ -25,6 +25,7 @@ from attnbench.results import files, rundir
 from attnbench.results.env import collect
 from attnbench.results.plots import plot_runs
 from attnbench.results.profiling import write_report
+from attnbench.workers.isolated import run_sweep_isolated
 
 POINT_KEY = files.POINT_COLUMNS[:14]  # the SweepPoint fields, as results.csv spells them
 
@@ -111,7 +112,10 @@ def sweep_into(writer: files.RowWriter, plan: SweepPlan, gpu_name: str | None, c
 
         try:
             with signals_raise():
-                run_sweep(plan, gpu_name, on_row, on_point_done)
+                if plan.isolate:
+                    run_sweep_isolated(plan, gpu_name, on_row, on_point_done, plan.point_timeout_s)
+                else:
+                    run_sweep(plan, gpu_name, on_row, on_point_done)
         except (KeyboardInterrupt, SignalReceived) as exc:
             return exc
     return None

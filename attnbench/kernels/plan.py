@@ -21,7 +21,7 @@ import torch
 from attnbench.device import resolve_device
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.kernels.backends.base import STRATEGIES
-from attnbench.kernels.backends.registry import REGISTRY, get_backend, resolve_backends
+from attnbench.kernels.backends.registry import EXTRA_BACKEND_ERRORS, REGISTRY, get_backend, resolve_backends
 from attnbench.kernels.inputs import available_host_bytes, host_bytes
 from attnbench.kernels.sweep import SweepPlan, check_memory
 from attnbench.kernels.timing import MODES, TimingConfig
@@ -62,6 +62,8 @@ class KernelArgs:
     profile: bool = False
     force: bool = False  # --force: run into a directory that holds attnbench outputs, removing them first
     resume: Path | None = None  # --resume DIR: measure only the points DIR lacks
+    isolate: bool = False  # --isolate: each point in a worker process with a watchdog
+    point_timeout: float | None = None  # --point-timeout S (default: 600 on a GPU, 120 on the CPU)
 
 
 def resolve_modes(requested: list[str] | None, device: torch.device) -> list[str]:
@@ -165,6 +167,11 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
     tokens, context = args.tokens or defaults["tokens"], args.context or defaults["context"]
     budget = args.budget_ms if args.budget_ms is not None else (200.0 if on_cpu else 1000.0)
     check_timing(budget, args.rel_spread)
+    point_timeout = args.point_timeout if args.point_timeout is not None else (120.0 if on_cpu else 600.0)
+    if not (isinstance(point_timeout, (int, float)) and 0 < point_timeout <= 86400):
+        raise UsageError(f"--point-timeout: must be a number of seconds above 0 and at most 86400, got {point_timeout}")
+    if machine and EXTRA_BACKEND_ERRORS:
+        raise UsageError(EXTRA_BACKEND_ERRORS[0])
     points = build_points(replace(args, tokens=tokens, context=context))
     if not points:
         raise UsageError("--shapes/--tokens: nothing to measure")
@@ -199,7 +206,7 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
     timing = TimingConfig(cold_l2=args.cold_l2 and not on_cpu, budget_ms=budget, rel_spread=args.rel_spread,
                           warmup_ms=0.0 if on_cpu else 25.0, min_samples=3 if on_cpu else 10)
     return SweepPlan(tuple(points), tuple(backends), tuple(args.strategies), tuple(modes), timing, str(device),
-                     notices=tuple(notices))
+                     notices=tuple(notices), isolate=args.isolate, point_timeout_s=float(point_timeout))
 
 
 def check_measured(verdicts: dict[str, int], out_dir: Path) -> None:

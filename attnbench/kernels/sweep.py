@@ -45,6 +45,18 @@ class SweepPlan:
     device: str
     profile_out: Path | None = None  # --profile: the run directory (traces under profile/)
     notices: tuple[str, ...] = ()  # what the user should know before it runs (defaults chosen for them)
+    isolate: bool = False  # run each point in a worker process (attnbench.workers.isolated)
+    point_timeout_s: float = 600.0  # the worker's watchdog: longest silence before a point is a timeout
+
+
+OOM_MARKERS = ("OutOfMemoryError", "out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
+
+
+def failure_verdict(exc: BaseException) -> str:
+    """`oom` for an allocation that failed (its own verdict: the point may fit elsewhere), else `error`."""
+    text = f"{type(exc).__name__}: {exc}"
+    return "oom" if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or any(m in text for m in OOM_MARKERS) \
+        else "error"
 
 
 def point_fields(p: SweepPoint, batch: Batch | None = None) -> dict:
@@ -194,7 +206,7 @@ class PointRunner:
         return {**common, "mode": mode, "verdict": "skipped", "reason": reason}
 
     def _error(self, common: dict, mode: str, exc: Exception) -> dict:
-        return {**common, "mode": mode, "verdict": "error", "reason": error_reason(exc)}
+        return {**common, "mode": mode, "verdict": failure_verdict(exc), "reason": error_reason(exc)}
 
 
 def run_sweep(plan: SweepPlan, gpu_name: str | None, on_row: Callable[[dict], None],
@@ -210,7 +222,7 @@ def run_sweep(plan: SweepPlan, gpu_name: str | None, on_row: Callable[[dict], No
         except Exception as exc:  # inputs or reference failed: record it, keep going
             on_row({**point_fields(point), "device": plan.device, "gpu": gpu_name or "cpu",
                     "backend": ",".join(plan.backends), "strategy": "", "mode": "",
-                    "verdict": "error", "reason": error_reason(exc)})
+                    "verdict": failure_verdict(exc), "reason": error_reason(exc)})
         finally:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()

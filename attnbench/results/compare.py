@@ -110,6 +110,9 @@ def _keyed(df: pd.DataFrame, name: str, key: list[str]) -> pd.DataFrame:
     return df.set_index("_key")
 
 
+BROKEN = ("error", "timeout", "crashed", "oom")  # NEW verdicts that fail a gate where BASE passed
+
+
 @dataclass
 class Comparison:
     rows: pd.DataFrame       # key columns, base_time, new_time, ratio, ci_low, ci_high, method, verdict, label
@@ -137,9 +140,10 @@ class Comparison:
         return lines
 
     def broken(self) -> list[str]:
-        """Rows that passed the accuracy check in BASE and fail it (or error) in NEW."""
+        """Rows that passed the accuracy check in BASE and fail it, error, hang, crash or run out of
+        memory in NEW."""
         timed = self.rows[(self.rows["base_check"] == "pass") & (self.rows["check"] != "pass")]
-        untimed = self.untimed[(self.untimed["base"] == "pass") & (self.untimed["new"] == "error")]
+        untimed = self.untimed[(self.untimed["base"] == "pass") & self.untimed["new"].isin(BROKEN)]
         return self.labels(timed) + self.labels(untimed)
 
     @property

@@ -1,6 +1,14 @@
-"""The backend registry. A new kernel family is a new small file plus one line here."""
+"""The backend registry. A new kernel family is a new small file plus one line here.
+
+A family kept outside this package (or a test's stand-in) joins through the environment:
+ATTNBENCH_EXTRA_BACKENDS="package.module:ClassName,..." names Backend subclasses to add. It is
+read at import, so worker processes started from a run see the same backends.
+"""
 
 from __future__ import annotations
+
+import importlib
+import os
 
 import torch
 
@@ -11,6 +19,22 @@ from attnbench.kernels.backends.vllm_fa2 import VllmFA2Backend
 from attnbench.kernels.backends.vllm_fa3 import VllmFA3Backend
 
 REGISTRY: dict[str, Backend] = {b.name: b for b in (ReferenceBackend(), VllmFA2Backend(), VllmFA3Backend())}
+EXTRA_BACKEND_ERRORS: list[str] = []  # ATTNBENCH_EXTRA_BACKENDS entries that did not load, and why
+
+
+def _load_extra_backends(spec: str) -> None:
+    for entry in filter(None, (part.strip() for part in spec.split(","))):
+        module, _, name = entry.partition(":")
+        try:
+            backend = getattr(importlib.import_module(module), name)()
+            if not isinstance(backend, Backend):
+                raise TypeError(f"{name} is not an attnbench Backend")
+            REGISTRY[backend.name] = backend
+        except Exception as exc:  # any import or constructor failure: said at planning, not a traceback
+            EXTRA_BACKEND_ERRORS.append(f"ATTNBENCH_EXTRA_BACKENDS: cannot load {entry} ({type(exc).__name__}: {exc})")
+
+
+_load_extra_backends(os.environ.get("ATTNBENCH_EXTRA_BACKENDS", ""))
 
 
 def get_backend(name: str) -> Backend:

@@ -1,0 +1,1 @@
+"""Running sweep points elsewhere: in worker processes now; other GPUs and machines later."""
