@@ -19,7 +19,7 @@ from attnbench.device import device_name, resolve_device
 from attnbench.e2e.checkpoint import load_hf_checkpoint
 from attnbench.e2e.engine import estimate_bytes
 from attnbench.e2e.model import fused, random_model
-from attnbench.e2e.report import write_e2e_outputs
+from attnbench.e2e.report import E2E_POINT, write_e2e_outputs
 from attnbench.e2e.runner import (
     GiB,
     E2EArgs,
@@ -42,11 +42,8 @@ from attnbench.results import files, rundir
 from attnbench.results.env import collect
 from attnbench.results.profiling import write_report
 
-POINT = ("input_len", "output_len", "batch_size")
-
-
 def point_key(values: dict) -> tuple[str, ...]:
-    return tuple(str(values.get(c)) for c in POINT)
+    return tuple(str(values.get(c)) for c in E2E_POINT)
 
 
 def completed(rows: list[dict], backends: list[str], strategies: list[str]) -> set[tuple[str, ...]]:
@@ -115,12 +112,13 @@ def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
             rundir.check_resumable(old_env, env, out_dir)
             if old_env.get("e2e", {}).get("model_args") != env["e2e"]["model_args"]:
                 raise UsageError(f"--resume: {out_dir} was measured on another model ({old_env['e2e'].get('model')})")
-            done = completed(rundir.read_rows(out_dir), backends, args.strategies)
-            rows = [r for r in rundir.read_rows(out_dir) if point_key(r) in done]
+            earlier = rundir.read_rows(out_dir)
+            done = completed(earlier, backends, args.strategies)
+            rows = [r for r in earlier if point_key(r) in done]
             agreements = [a for a in previous_agreements(out_dir) if point_key(a) in done]
-            console.print(f"resuming {out_dir}: {len(done & {point_key(dict(zip(POINT, p))) for p in points})} "
+            console.print(f"resuming {out_dir}: {len(done & {point_key(dict(zip(E2E_POINT, p))) for p in points})} "
                           f"of {len(points)} points already measured")
-            points = [p for p in points if point_key(dict(zip(POINT, p))) not in done]
+            points = [p for p in points if point_key(dict(zip(E2E_POINT, p))) not in done]
         files.write_env(out_dir, env)
         # the model is built only now: a refused --out or --resume costs no weights
         dtype = torch_dtype(dtype_name)
