@@ -10,7 +10,10 @@ from __future__ import annotations
 import signal
 import threading
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
+
+from attnbench.errors import Interrupted
 
 
 class SignalReceived(BaseException):
@@ -44,3 +47,10 @@ def signal_of(exc: BaseException) -> tuple[str, int]:
     if isinstance(exc, SignalReceived):
         return signal.Signals(exc.signal_number).name, exc.signal_number
     return "SIGINT", int(signal.SIGINT)
+
+
+def interrupted(stopped: BaseException, finished: int, total: int, out_dir: Path) -> Interrupted:
+    """What a run stopped by a signal tells the user: how far it got, where, and how to finish."""
+    name, number = signal_of(stopped)
+    return Interrupted(f"interrupted by {name} after {finished} of {total} point(s); {out_dir} holds what was "
+                       f"measured (finish it with the same flags and --resume {out_dir})", number)

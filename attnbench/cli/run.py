@@ -22,6 +22,7 @@ from attnbench.cli.common import command_line, user_errors
 from attnbench.cli.flags import kernel_args
 from attnbench.cli.scenario import Scenario, command_callback, context_dir, load_scenario
 from attnbench.console import default_out_dir, make_console
+from attnbench.device import device_name
 from attnbench.kernels.job import run_kernel
 from attnbench.kernels.plan import KernelArgs, plan_sweep
 from attnbench.kernels.sweep import SweepPlan
@@ -79,7 +80,7 @@ def preflight(sc: Scenario) -> ScenarioPlan:
         plan = plan_sweep(args)
         sweeps.append(ContextSweep(plan.points[0].context, args, plan))
     device = torch.device(sweeps[0].plan.device)
-    return ScenarioPlan(torch.cuda.get_device_name(device) if device.type == "cuda" else None, sweeps)
+    return ScenarioPlan(device_name(device), sweeps)
 
 
 def confine_paths_from_file(sc: Scenario, argv: list[str]) -> None:

@@ -32,8 +32,8 @@ from attnbench.e2e.runner import (
     run_point,
     validate_args,
 )
-from attnbench.errors import Interrupted, UsageError
-from attnbench.interrupts import SignalReceived, signal_of, signals_raise
+from attnbench.errors import UsageError
+from attnbench.interrupts import SignalReceived, interrupted, signals_raise
 from attnbench.kernels.backends.registry import get_backend, resolve_backends
 from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.plan import check_measured
@@ -90,12 +90,9 @@ def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
                            args.chunk_size or max(b * i for b in args.batch_sizes for i, _ in pairs),
                            max(b * o for b in args.batch_sizes for _, o in pairs) * runs_at_once)
     check_fits(parts, args.model, device)
-    if args.resume and args.out and Path(args.out) != Path(args.resume):
-        raise UsageError(f"--resume/--out: resume writes into {args.resume}; leave --out out or give the same path")
 
     gpu_name = device_name(device)
-    out_dir = Path(args.resume or args.out or default_out_dir(gpu_name or "cpu", "e2e"))
-    rundir.prepare(out_dir, force=args.force, resume=bool(args.resume), flag="--resume" if args.resume else "--out")
+    out_dir = rundir.claim(args.out, args.resume, args.force, default_out_dir(gpu_name or "cpu", "e2e"))
     with rundir.locked(out_dir):
         env = collect(command)
         env["e2e"] = {"model": margs.name, "model_args": dict(vars(margs)), "params_b": margs.num_params / 1e9,
@@ -156,9 +153,7 @@ def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
             if args.profile:
                 write_report(out_dir, console)
     if stopped is not None:
-        name, number = signal_of(stopped)
-        raise Interrupted(f"interrupted by {name} after {finished} of {len(points)} point(s); {out_dir} holds "
-                          f"what was measured (finish it with the same flags and --resume {out_dir})", number)
+        raise interrupted(stopped, finished, len(points), out_dir)
     verdicts = pd.Series([r.get("verdict") for r in rows], dtype=object).value_counts().to_dict()
     check_measured(verdicts, out_dir)
     return out_dir

@@ -25,7 +25,7 @@ from attnbench.errors import AttnbenchError, UsageError, error_reason
 from attnbench.kernels.backends.base import STRATEGIES
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.inputs import available_host_bytes
-from attnbench.kernels.plan import check_unique
+from attnbench.kernels.plan import check_strategies, check_unique
 from attnbench.kernels.workload import DTYPE_ALIASES, MAX_BLOCK_SIZE, MAX_SEED, MAX_TOKENS, SweepPoint
 from attnbench.results.profiling import profile_generation
 
@@ -91,9 +91,7 @@ def validate_args(args: E2EArgs) -> None:
         raise UsageError(f"--block-size: KV block size must be a multiple of 16, got {args.block_size}")
     if DTYPE_ALIASES.get(args.dtype) is None:
         raise UsageError(f"--dtype: unknown dtype {args.dtype!r}; choose bf16 or fp16")
-    for s in args.strategies:
-        if s not in STRATEGIES:
-            raise UsageError(f"--strategy: unknown strategy {s!r}; choose unified, split")
+    check_strategies(args.strategies)
     for flag, values in [("--batch-size", args.batch_sizes), ("--strategy", args.strategies),
                          ("--backend", args.backends or [])]:
         check_unique(values, flag)

@@ -16,8 +16,9 @@ import torch
 from rich.console import Console
 
 from attnbench.console import default_out_dir, emit_json, print_seed_table, progress
-from attnbench.errors import Interrupted, UsageError
-from attnbench.interrupts import SignalReceived, signal_of, signals_raise
+from attnbench.device import device_name
+from attnbench.errors import UsageError
+from attnbench.interrupts import SignalReceived, interrupted, signals_raise
 from attnbench.kernels.plan import KernelArgs, check_measured, plan_sweep
 from attnbench.kernels.sweep import SweepPlan, run_sweep
 from attnbench.kernels.workload import SweepPoint
@@ -49,12 +50,8 @@ def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
     plan = plan_sweep(args)
     for notice in plan.notices:  # every flag is valid by now: an error is always the only line
         console.print(f"[yellow]{notice}[/]")
-    device = torch.device(plan.device)
-    gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    if args.resume and args.out and Path(args.out) != Path(args.resume):
-        raise UsageError(f"--resume/--out: resume writes into {args.resume}; leave --out out or give the same path")
-    out_dir = Path(args.resume or args.out or default_out_dir(gpu_name or "cpu", "kernel"))
-    rundir.prepare(out_dir, force=args.force, resume=bool(args.resume), flag="--resume" if args.resume else "--out")
+    gpu_name = device_name(torch.device(plan.device))
+    out_dir = rundir.claim(args.out, args.resume, args.force, default_out_dir(gpu_name or "cpu", "kernel"))
     with rundir.locked(out_dir):
         env = collect(command)
         keep = None
@@ -83,10 +80,7 @@ def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
             if args.profile:
                 write_report(out_dir, console)
     if stopped is not None:
-        name, number = signal_of(stopped)
-        finished = len({point_key(r) for r in writer.rows})
-        raise Interrupted(f"interrupted by {name} after {finished} of {len(plan.points)} point(s); {out_dir} "
-                          f"holds what was measured (finish it with the same flags and --resume {out_dir})", number)
+        raise interrupted(stopped, len({point_key(r) for r in writer.rows}), len(plan.points), out_dir)
     return out_dir
 
 

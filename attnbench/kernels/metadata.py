@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import math
 import random
-import statistics
-import time
 from dataclasses import dataclass
 
 import torch
 
+from attnbench.kernels.timing import host_median_us
 from attnbench.kernels.workload import Batch
 
 
@@ -169,11 +168,8 @@ def build_metadata(strategy: str, batch: Batch, block_table: torch.Tensor):
 def measure_host_us(strategy: str, batch: Batch, block_table: torch.Tensor,
                     device: torch.device, repeats: int = 21) -> float:
     """Median host time (µs) to build a strategy's metadata and land it on the device."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    def build_and_land() -> None:
         build_metadata(strategy, batch, block_table).to(device)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - start) * 1e6)
-    return statistics.median(times)
+    return host_median_us(build_and_land, repeats)

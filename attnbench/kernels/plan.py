@@ -22,10 +22,10 @@ from attnbench.device import resolve_device
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.kernels.backends.base import STRATEGIES
 from attnbench.kernels.backends.registry import EXTRA_BACKEND_ERRORS, REGISTRY, get_backend, resolve_backends
-from attnbench.kernels.inputs import available_host_bytes, host_bytes
-from attnbench.kernels.sweep import SweepPlan, check_memory
+from attnbench.kernels.inputs import available_host_bytes, host_bytes, input_bytes
+from attnbench.kernels.sweep import SweepPlan
 from attnbench.kernels.timing import MODES, TimingConfig
-from attnbench.kernels.workload import KINDS, SweepPoint
+from attnbench.kernels.workload import KINDS, SweepPoint, build_batch
 
 # The seed's token counts on a GPU. The CPU reference runs a tenth of them on short contexts: a
 # decode batch of 1000 x 1024 tokens at 32 x 128 is 17 GB of KV cache, minutes of CPU time.
@@ -117,9 +117,29 @@ def check_timing(budget_ms, rel_spread) -> None:
                          f"got {rel_spread}")
 
 
+def check_fits(points: list[SweepPoint], device: torch.device) -> None:
+    """Refuse up front a sweep whose largest point cannot fit where it will run (a CUDA OOM or a
+    MemoryError midway, or the machine swapping, is the alternative)."""
+    if device.type == "cuda":
+        check_device_memory(points, device)
+    else:
+        check_host_memory(points)
+
+
+def check_device_memory(points: list[SweepPoint], device: torch.device) -> None:
+    worst = max(points, key=input_bytes)
+    # inputs + the float32 reference output + bf16 outputs of two strategies, with 20 % headroom
+    batch = build_batch(worst)
+    need = input_bytes(worst, batch) + batch.num_tokens * worst.num_heads * worst.head_dim * 8
+    need = int(need * 1.2)
+    free, _ = torch.cuda.mem_get_info(device)
+    if need > free:
+        raise UsageError(
+            f"--tokens/--context: the largest point ({worst.kind}, {worst.num_tokens} tokens, "
+            f"{worst.num_heads}x{worst.head_dim}) needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free")
+
+
 def check_host_memory(points: list[SweepPoint], available: int | None = None) -> None:
-    """On the CPU, refuse up front a sweep whose largest point cannot fit in available memory
-    (a MemoryError midway, or the machine swapping, is the alternative)."""
     available = available_host_bytes() if available is None else available
     if available is None:
         return
@@ -187,9 +207,7 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
             reasons = [get_backend(name).supports(p, s, device) for p in points for s in args.strategies]
             if all(reasons):
                 raise UsageError(reasons[0] if reasons[0].startswith("--") else f"--backend: {name}: {reasons[0]}")
-    check_memory(points, device)
-    if on_cpu:
-        check_host_memory(points)
+    check_fits(points, device)
 
     notices = []
     if on_cpu and scaled:

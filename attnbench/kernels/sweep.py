@@ -8,26 +8,25 @@ goes on.
 
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
 import torch
 
-from attnbench.errors import UsageError, error_reason
+from attnbench.errors import error_reason
 from attnbench.kernels import roofline
 from attnbench.kernels.backends.base import Backend, Plan
 from attnbench.kernels.backends.reference import reference_attention
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.check import check_output
-from attnbench.kernels.inputs import Inputs, input_bytes, make_inputs
+from attnbench.kernels.inputs import Inputs, make_inputs
 from attnbench.kernels.metadata import build_metadata, measure_host_us
 from attnbench.kernels.timing import (
     TimedKernel,
     TimingConfig,
     estimate_call_ms,
+    host_median_us,
     make_timed_kernel,
     time_kernels,
 )
@@ -66,30 +65,9 @@ def point_fields(p: SweepPoint, batch: Batch | None = None) -> dict:
             "lengths_rule": batch.rule}
 
 
-def check_memory(points: Iterable[SweepPoint], device: torch.device) -> None:
-    """Refuse up front a sweep whose largest point cannot fit in free device memory."""
-    if device.type != "cuda":
-        return
-    worst = max(points, key=input_bytes)
-    # inputs + the float32 reference output + bf16 outputs of two strategies, with 20 % headroom
-    batch = build_batch(worst)
-    need = input_bytes(worst, batch) + batch.num_tokens * worst.num_heads * worst.head_dim * 8
-    need = int(need * 1.2)
-    free, _ = torch.cuda.mem_get_info(device)
-    if need > free:
-        raise UsageError(
-            f"--tokens/--context: the largest point ({worst.kind}, {worst.num_tokens} tokens, "
-            f"{worst.num_heads}x{worst.head_dim}) needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free")
-
-
 def measure_plan_us(backend: Backend, strategy: str, point: SweepPoint, metadata, repeats: int = 21) -> float:
     """Median host time (µs) of `backend.plan(...)`: the library's share of the host cost."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        backend.plan(strategy, point, metadata)
-        times.append((time.perf_counter() - start) * 1e6)
-    return statistics.median(times)
+    return host_median_us(lambda: backend.plan(strategy, point, metadata), repeats)
 
 
 @dataclass
@@ -209,6 +187,12 @@ class PointRunner:
         return {**common, "mode": mode, "verdict": failure_verdict(exc), "reason": error_reason(exc)}
 
 
+def point_row(plan: SweepPlan, point: SweepPoint, gpu_name: str | None, verdict: str, reason: str) -> dict:
+    """The one row of a point that failed as a whole (its inputs, its reference, its worker)."""
+    return {**point_fields(point), "device": plan.device, "gpu": gpu_name or "cpu", "backend": ",".join(plan.backends),
+            "strategy": "", "mode": "", "verdict": verdict, "reason": reason}
+
+
 def run_sweep(plan: SweepPlan, gpu_name: str | None, on_row: Callable[[dict], None],
               on_point_done: Callable[[SweepPoint], None] = lambda p: None) -> None:
     """Every point of the plan; a point's rows go to on_row, then on_point_done(point) says it is
@@ -220,9 +204,7 @@ def run_sweep(plan: SweepPlan, gpu_name: str | None, on_row: Callable[[dict], No
                 for row in PointRunner(plan, point, gpu_name).rows():
                     on_row(row)
         except Exception as exc:  # inputs or reference failed: record it, keep going
-            on_row({**point_fields(point), "device": plan.device, "gpu": gpu_name or "cpu",
-                    "backend": ",".join(plan.backends), "strategy": "", "mode": "",
-                    "verdict": failure_verdict(exc), "reason": error_reason(exc)})
+            on_row(point_row(plan, point, gpu_name, failure_verdict(exc), error_reason(exc)))
         finally:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()

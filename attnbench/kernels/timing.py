@@ -112,6 +112,16 @@ class TimedKernel:
                 self.fn()
 
 
+def host_median_us(fn: Callable[[], object], repeats: int = 21) -> float:
+    """Median host time (µs) of fn(): the host-side steps of a strategy (metadata, planning)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(times)
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -33,7 +33,7 @@ KIND_SETTINGS = {"decode": ("context",), "specdec": ("spec_k", "context"), "pref
                  "prefix": ("prefill_len", "prefix_ratio"), "mixed": ("decode_share", "context")}
 POINT = ("kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim", "dtype", "block_size", "causal")
 RUN = ("backend", "strategy", "mode", "l2")
-E2E_POINT = ("model", "dtype", "input_len", "output_len", "batch_size", "block_size", "chunk_size")
+E2E_NAME_FIELDS = ("model", "dtype", "input_len", "output_len", "batch_size", "block_size", "chunk_size")  # gab names
 
 
 def by_setting(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -114,7 +114,7 @@ def e2e_gab_entries(df: pd.DataFrame) -> list[dict]:
         extra = {"p90 s": _number(r["request_p90_s"]), "p99 s": _number(r["request_p99_s"]),
                  "output tok/s": _number(r["output_tok_s"]), "check": r["verdict"], "gpu": r["gpu"],
                  "library": f"{r['library']} {r['library_version']}"}
-        entries.append({"name": f"e2e {row_label(r, E2E_POINT)} | {row_label(r, RUN[:3])}", "unit": "s",
+        entries.append({"name": f"e2e {row_label(r, E2E_NAME_FIELDS)} | {row_label(r, RUN[:3])}", "unit": "s",
                         "value": float(r["request_p50_s"]), "extra": "\n".join(f"{k}: {v}" for k, v in extra.items())})
     return entries
 

@@ -85,6 +85,15 @@ def prepare(path: Path, force: bool = False, resume: bool = False, flag: str = "
     return path
 
 
+def claim(out: Path | None, resume: Path | None, force: bool, default: Path) -> Path:
+    """The run's directory, prepared: `--resume DIR`, else `--out`, else `default`. Giving both
+    `--resume` and another `--out` is refused (a resumed run writes where it began)."""
+    if resume and out and Path(out) != Path(resume):
+        raise UsageError(f"--resume/--out: resume writes into {resume}; leave --out out or give the same path")
+    path = Path(resume or out or default)
+    return prepare(path, force=force, resume=bool(resume), flag="--resume" if resume else "--out")
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

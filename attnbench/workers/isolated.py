@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 
 from attnbench.errors import error_reason
-from attnbench.kernels.sweep import PointRunner, SweepPlan, failure_verdict, point_fields
+from attnbench.kernels.sweep import PointRunner, SweepPlan, failure_verdict, point_row
 from attnbench.kernels.workload import SweepPoint
 
 def cuda_healthy() -> bool:
@@ -87,11 +87,6 @@ class Worker:
         return f"the worker exited with code {code}"
 
 
-def _point_row(plan: SweepPlan, point: SweepPoint, gpu_name: str | None, verdict: str, reason: str) -> dict:
-    return {**point_fields(point), "device": plan.device, "gpu": gpu_name or "cpu", "backend": ",".join(plan.backends),
-            "strategy": "", "mode": "", "verdict": verdict, "reason": reason}
-
-
 def run_sweep_isolated(plan: SweepPlan, gpu_name: str | None, on_row: Callable[[dict], None],
                        on_point_done: Callable[[SweepPoint], None], point_timeout: float) -> None:
     """run_sweep's contract (rows to on_row, then on_point_done), each point in a worker process."""
@@ -105,7 +100,7 @@ def run_sweep_isolated(plan: SweepPlan, gpu_name: str | None, on_row: Callable[[
                 alive = worker.conn.poll(point_timeout)
                 if not alive:
                     worker.kill()
-                    on_row(_point_row(plan, point, gpu_name, "timeout",
+                    on_row(point_row(plan, point, gpu_name, "timeout",
                                       f"no result within --point-timeout {point_timeout:g} s; the worker was killed"))
                     worker = None
                     break
@@ -113,7 +108,7 @@ def run_sweep_isolated(plan: SweepPlan, gpu_name: str | None, on_row: Callable[[
                     kind, payload = worker.conn.recv()
                 except (EOFError, OSError):
                     worker.process.join(timeout=5)
-                    on_row(_point_row(plan, point, gpu_name, "crashed",
+                    on_row(point_row(plan, point, gpu_name, "crashed",
                                       f"{worker.death()} after {time.monotonic() - start:.1f} s"))
                     worker.kill()
                     worker = None
@@ -121,7 +116,7 @@ def run_sweep_isolated(plan: SweepPlan, gpu_name: str | None, on_row: Callable[[
                 if kind == "row":
                     on_row(payload)
                 elif kind == "failed":
-                    on_row(_point_row(plan, point, gpu_name, *payload))
+                    on_row(point_row(plan, point, gpu_name, *payload))
                 else:
                     if not payload:  # its CUDA context is broken: the next point gets a fresh worker
                         worker.stop()

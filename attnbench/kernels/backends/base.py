@@ -82,6 +82,8 @@ class Backend(ABC):
     strategies: ClassVar[tuple[str, ...]] = STRATEGIES
     graph_safe: ClassVar[bool] = False
     oracle: ClassVar[bool] = False
+    head_dims: ClassVar[tuple[int, ...] | None] = None  # None: any
+    dtypes: ClassVar[tuple[str, ...] | None] = None  # None: any
 
     @abstractmethod
     def unavailable_reason(self) -> str | None:
@@ -91,8 +93,19 @@ class Backend(ABC):
     def library(self) -> tuple[str, str]:
         """(package that actually runs, its version)."""
 
+    def needs_cuda(self) -> bool:
+        """Whether the kernels run on CUDA only (a test's fake library may run anywhere)."""
+        return False
+
     def supports(self, point: SweepPoint, strategy: str, device: torch.device) -> str | None:
-        """None when this point can run, else the reason it can't. Subclasses add their limits."""
+        """None when this point can run, else the reason it can't: the declared device, head dims,
+        dtypes and strategies. Subclasses with other limits check them, then call this."""
+        if self.needs_cuda() and device.type != "cuda":
+            return "runs on CUDA only"
+        if self.head_dims is not None and point.head_dim not in self.head_dims:
+            return f"--dim: {self.name} supports head dims {self.head_dims}, not {point.head_dim}"
+        if self.dtypes is not None and point.dtype not in self.dtypes:
+            return f"--dtype: {self.name} runs {'/'.join(self.dtypes)}, not {point.dtype}"
         if strategy not in self.strategies:
             return f"--strategy: {self.name} has no {strategy} strategy (it has {', '.join(self.strategies)})"
         return None

@@ -130,6 +130,8 @@ class VllmFA2Backend(Backend):
     name = "vllm-fa2"
     description = "vllm-flash-attn FA2: varlen_fwd (unified) / fwd_kvcache + varlen_fwd (split)"
     graph_safe = True
+    head_dims = HEAD_DIMS
+    dtypes = ("bfloat16", "float16")
 
     def __init__(self, library: FA2Library | None = None):
         self._library = library  # tests hand in a fake; None: find_library()
@@ -156,14 +158,8 @@ class VllmFA2Backend(Backend):
         lib = self._library or find_library()[0]
         return (lib.package, lib.version) if lib else ("none", "")
 
-    def supports(self, point, strategy, device) -> str | None:
-        if device.type != "cuda" and self._library is None:
-            return "runs on CUDA only"
-        if point.head_dim not in HEAD_DIMS:
-            return f"--dim: FA2 supports head dims {HEAD_DIMS}, not {point.head_dim}"
-        if point.dtype not in ("bfloat16", "float16"):
-            return f"--dtype: FA2 runs bf16/fp16, not {point.dtype}"
-        return super().supports(point, strategy, device)
+    def needs_cuda(self) -> bool:
+        return self._library is None
 
     def plan_varlen(self, point, md: VarlenMetadata) -> Launch:
         return self._lib().plan_varlen(md, point.causal, point.softmax_scale)

@@ -77,6 +77,8 @@ class VllmFA3Backend(Backend):
     name = "vllm-fa3"
     description = "vllm-flash-attn FA3 (Hopper): fwd as varlen (unified) / batched + varlen (split)"
     graph_safe = True
+    head_dims = HEAD_DIMS
+    dtypes = ("bfloat16", "float16")
 
     def __init__(self, op: Any = None):
         self._op = op  # tests hand in a fake op; None: find_op()
@@ -105,14 +107,8 @@ class VllmFA3Backend(Backend):
         except importlib_metadata.PackageNotFoundError:
             return "vllm.vllm_flash_attn[fa3]", "unknown"
 
-    def supports(self, point, strategy, device) -> str | None:
-        if device.type != "cuda" and self._op is None:
-            return "runs on CUDA only"
-        if point.head_dim not in HEAD_DIMS:
-            return f"--dim: FA3 here supports head dims {HEAD_DIMS}, not {point.head_dim}"
-        if point.dtype not in ("bfloat16", "float16"):
-            return f"--dtype: FA3 runs bf16/fp16, not {point.dtype}"
-        return super().supports(point, strategy, device)
+    def needs_cuda(self) -> bool:
+        return self._op is None
 
     def plan_varlen(self, point, md: VarlenMetadata) -> Launch:
         op = self._fwd()
