@@ -8,7 +8,6 @@ import re
 import sys
 from pathlib import Path
 
-import pandas as pd
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -38,7 +37,7 @@ def default_out_dir(device_name: str, command: str) -> Path:
 
 def print_seed_table(console: Console, df) -> None:
     """The seed-shaped table; columns that hold one value for the whole run go to the title."""
-    from attnbench.results.files import format_ms, seed_table
+    from attnbench.results.files import format_cell, seed_table
 
     table = seed_table(df)
     if table.empty:
@@ -50,12 +49,9 @@ def print_seed_table(console: Console, df) -> None:
         table = table.drop(columns="kv heads")
     title = ", ".join(f"{c} {table[c].iloc[0]}" for c in constant)
     table = table.drop(columns=constant)
-    rich_table = Table(*table.columns, title=f"{title} (split / unified > 1: unified is faster)")
+    rich_table = Table(*table.columns, title=f"{title} (<strategy> / unified > 1: unified is faster)")
     for row in table.itertuples(index=False):
-        cells = [format_ms(v) if col in ("unified ms", "split ms") else
-                 (f"{v:.3f}" if col == "split / unified" and pd.notna(v) else str(v))
-                 for col, v in zip(table.columns, row)]
-        rich_table.add_row(*cells)
+        rich_table.add_row(*(format_cell(col, v) for col, v in zip(table.columns, row)))
     console.print(rich_table)
 
 

@@ -65,7 +65,7 @@ KERNEL_BAD = [
     ("--tokens", "0"), ("--tokens", "-5"), ("--tokens", "1000000000"), ("--tokens", "8,8"), ("--tokens", "x"),
     ("--tokens", "8.5"), ("--tokens", "99999999999999999999999"),
     ("--kind", "bogus"), ("--kind", "decode,decode"), ("--kind", "all,decode"), ("--kind", ","),
-    ("--strategy", "fused"), ("--strategy", "unified,unified"), ("--strategy", ""), ("--backend", "bogus"),
+    ("--strategy", "fission"), ("--strategy", "unified,unified"), ("--strategy", ""), ("--backend", "bogus"),
     ("--backend", "reference,reference"), ("--mode", "graph"), ("--mode", "eager,eager"), ("--mode", "both,eager"),
     ("--mode", "fast"), ("--dtype", "fp8"), ("--dtype", ""), ("--dtype", "float32"),
     ("--block-size", "0"), ("--block-size", "24"), ("--block-size", "-16"), ("--block-size", "8192"),
@@ -174,7 +174,7 @@ E2E_BAD = [
     ("--chunk-size", "2000000"), ("--warmup", "-1"), ("--warmup", "20000"), ("--warmup", "x"), ("--iters", "0"),
     ("--iters", "20000"), ("--iters", "x"), ("--seed", "-1"), ("--seed", str(2**63)), ("--seed", str(10**30)),
     ("--block-size", "0"), ("--block-size", "24"), ("--block-size", "8192"), ("--dtype", "fp8"),
-    ("--strategy", "fused"), ("--strategy", "unified,unified"), ("--backend", "bogus"),
+    ("--strategy", "fission"), ("--strategy", "unified,unified"), ("--backend", "bogus"),
     ("--backend", "reference,reference"), ("--device", "tpu"), ("--model", "gpt-5"), ("--model", ""),
     ("--model", "./no/such/dir"), ("--model", "llama-7b"), ("--model", "a\x00b"), ("--eager=yes",), ("--bogus",),
 ]

@@ -173,7 +173,8 @@ def test_a_checkpoint_directory_runs_through_the_cli(tmp_path):
     (["--chunk-size", "0"], "--chunk-size: must be an integer between 1 and"),
     (["--input-len", "1,2,3", "--output-len", "4,5"], "do not pair up"),
     (["--batch-size", "two"], "--batch-size: expected a comma-separated list"),
-    (["--strategy", "fused"], "unknown strategy"),
+    (["--strategy", "fission"], "unknown strategy"),
+    (["--strategy", "unified,fused"], "has no fused strategy"),
     (["--model", "llama-7b"], "without a GPU only runs up to 2 GiB"),
 ])
 def test_bad_input_is_one_line_and_a_nonzero_exit(args, needle):

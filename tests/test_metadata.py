@@ -130,7 +130,7 @@ def test_split_refuses_decode_sequences_of_different_lengths():
 
 def test_unknown_strategy_is_refused():
     with pytest.raises(ValueError, match="unknown strategy"):
-        build_metadata("fused", MIXED, build_block_table(MIXED, 16))
+        build_metadata("fission", MIXED, build_block_table(MIXED, 16))
 
 
 @pytest.mark.parametrize("strategy", ["unified", "split"])

@@ -188,6 +188,12 @@ class Engine:
         self._copy_in(self.static_slots[:bucket], step.slot_mapping + [self.cache.scratch_slot] * pad)
         self._copy_in(kv_lens, list(step.batch.kv_lens) + [0] * pad)
         table[:n, :step.block_table.shape[1]].copy_(step.block_table.pin_memory(), non_blocking=True)
+        refresh = self.graph_plans[bucket].refresh
+        if refresh is not None:  # the library re-plans this batch into the buffers the graph reads
+            host_table = torch.zeros(tuple(table.shape), dtype=torch.int32)
+            host_table[:n, :step.block_table.shape[1]] = step.block_table
+            padded = Batch((1,) * bucket, tuple(step.batch.kv_lens) + (0,) * pad, (True,) * bucket)
+            refresh(build_metadata(self.attn.strategy, padded, host_table))
         graph, logits = self.graphs[bucket], self.static_logits[:n]
 
         def replay() -> torch.Tensor:

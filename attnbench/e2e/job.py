@@ -79,9 +79,10 @@ def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
     point = attention_point(margs, dtype_name, args.block_size)
     backends = resolve_backends(args.backends, device)
     for b in backends:
-        reason = get_backend(b).supports(point, "unified", device)
-        if reason:
-            raise UsageError(f"--backend: {b} cannot run {margs.name} here: {reason}")
+        for strategy in args.strategies:  # every backend runs every strategy: e2e rows are compared pairwise
+            reason = get_backend(b).supports(point, strategy, device)
+            if reason:
+                raise UsageError(reason if reason.startswith("--") else f"--backend: {b} cannot run {margs.name} here: {reason}")
     max_bs = max(args.batch_sizes)
     plans = {b: graph_mode(b, device, args.eager, max_bs) for b in backends}
     runs_at_once = len(backends) * len(args.strategies) * (2 if any(g for g, _ in plans.values()) else 1)

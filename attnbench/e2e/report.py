@@ -22,7 +22,7 @@ import torch
 from rich.console import Console
 
 from attnbench.errors import AttnbenchError
-from attnbench.results.files import load_results, md_lines, write_parquet
+from attnbench.results.files import LINESTYLES, load_results, md_lines, strategies_in, write_parquet
 
 LOGIT_TOLERANCE = 0.5  # x the reference's logit spread (RMS about each position's mean)
 FAILING = ("MISMATCH", "non-finite")
@@ -116,9 +116,12 @@ def e2e_table(df: pd.DataFrame) -> pd.DataFrame:
     index = ["backend", "mode", *E2E_POINT]
     p50 = measured.pivot_table(index=index, columns="strategy", values="request_p50_s", aggfunc="first")
     table = pd.DataFrame(index=p50.index)
-    table["unified p50 s"] = p50.get("unified")
-    table["split p50 s"] = p50.get("split")
-    table["split / unified"] = table["split p50 s"] / table["unified p50 s"]
+    present = strategies_in(p50.columns)
+    for strategy in present:
+        table[f"{strategy} p50 s"] = p50[strategy]
+    if "unified" in present:
+        for strategy in present[1:]:
+            table[f"{strategy} / unified"] = p50[strategy] / p50["unified"]
     table["agreement"] = measured.groupby(index)["agreement"].agg(lambda v: worst(v.dropna()))
     table["check"] = measured.groupby(index)["verdict"].agg(lambda v: "pass" if (v == "pass").all() else "FAIL")
     return table.reset_index().rename(columns={"input_len": "input len", "output_len": "output len",
@@ -154,7 +157,7 @@ def write_e2e_summary(df: pd.DataFrame, agreement: pd.DataFrame, out_dir: Path, 
         f"- {e2e.get('warmup')} warm-up + {e2e.get('iters')} measured runs per row, after one untimed check run",
         *[f"- {note}" for note in notes],
         f"- small elementwise ops (RMSNorm, RoPE, SiLU-and-mul): {e2e.get('fused_ops')}",
-        "- request latency: run start to the request's last token; split / unified > 1 means unified is faster",
+        "- request latency: run start to the request's last token; <strategy> / unified > 1 means unified is faster",
         "",
         e2e_markdown(e2e_table(df)),
         "## Step latency (p50; CUDA events on a GPU, perf_counter on the CPU; host = schedule + prepare + "
@@ -174,7 +177,7 @@ def write_e2e_summary(df: pd.DataFrame, agreement: pd.DataFrame, out_dir: Path, 
 
 
 def plot_e2e(df: pd.DataFrame, out_dir: Path) -> list[Path]:
-    """Latency vs batch size per strategy, and split / unified, one panel per (input, output)."""
+    """Latency vs batch size per strategy, and each strategy / unified, one panel per (input, output)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -187,7 +190,7 @@ def plot_e2e(df: pd.DataFrame, out_dir: Path) -> list[Path]:
     written = []
     table = e2e_table(df)
     for name, ylabel in (("e2e_latency.png", "p50 request latency, s (bar: p90)"),
-                         ("e2e_ratio.png", "split / unified (>1: unified faster)")):
+                         ("e2e_ratio.png", "<strategy> / unified (>1: unified faster)")):
         fig, axes = plt.subplots(1, len(pairs), figsize=(4.4 * len(pairs), 3.6), squeeze=False)
         for ax, (inp, outp) in zip(axes[0], pairs):
             if name == "e2e_latency.png":
@@ -196,11 +199,15 @@ def plot_e2e(df: pd.DataFrame, out_dir: Path) -> list[Path]:
                     g = g.sort_values("batch_size")
                     ax.errorbar(g["batch_size"], g["request_p50_s"], yerr=[0 * g["request_p50_s"],
                                 g["request_p90_s"] - g["request_p50_s"]], marker="o", capsize=2,
-                                linestyle="-" if strategy == "unified" else "--", label=f"{backend} {strategy} {mode}")
+                                linestyle=LINESTYLES.get(strategy, ":"), label=f"{backend} {strategy} {mode}")
             else:
-                sel = table[(table["input len"] == inp) & (table["output len"] == outp)].dropna(subset=["split / unified"])
-                for (backend, mode), g in sel.groupby(["backend", "mode"]):
-                    ax.plot(g["batch size"], g["split / unified"], marker="o", label=f"{backend} {mode}")
+                sel = table[(table["input len"] == inp) & (table["output len"] == outp)]
+                ratios = [c for c in table.columns if c.endswith(" / unified")]
+                for column in ratios:
+                    strategy = column.split(" / ")[0]
+                    for (backend, mode), g in sel.dropna(subset=[column]).groupby(["backend", "mode"]):
+                        ax.plot(g["batch size"], g[column], marker="o", linestyle=LINESTYLES.get(strategy, ":"),
+                                label=f"{backend} {mode}" + (f" {strategy}" if len(ratios) > 1 else ""))
                 ax.axhline(1.0, color="grey", linewidth=0.8)
             ax.set_title(f"input {inp} / output {outp}")
             ax.set_xlabel("batch size")

@@ -22,11 +22,17 @@ from attnbench.e2e.model import PRESETS, ModelArgs, Transformer, fused
 from attnbench.e2e.report import FAILING, compare_generations, run_metrics, worst
 from attnbench.e2e.scheduler import KVCache, make_prompts
 from attnbench.errors import AttnbenchError, UsageError, error_reason
-from attnbench.kernels.backends.base import STRATEGIES
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.inputs import available_host_bytes
 from attnbench.kernels.plan import check_strategies, check_unique
-from attnbench.kernels.workload import DTYPE_ALIASES, MAX_BLOCK_SIZE, MAX_SEED, MAX_TOKENS, SweepPoint
+from attnbench.kernels.workload import (
+    DEFAULT_STRATEGIES,
+    DTYPE_ALIASES,
+    MAX_BLOCK_SIZE,
+    MAX_SEED,
+    MAX_TOKENS,
+    SweepPoint,
+)
 from attnbench.results.profiling import profile_generation
 
 SEED_INPUT_LENS, SEED_OUTPUT_LENS, SEED_BATCH_SIZES = "32,512", "128,32", "1,2,4,8,16,32"
@@ -41,7 +47,7 @@ class E2EArgs:
     output_lens: list[int] = field(default_factory=lambda: [128, 32])
     batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
     chunk_size: int | None = None
-    strategies: list[str] = STRATEGIES
+    strategies: list[str] = DEFAULT_STRATEGIES
     backends: list[str] | None = None
     eager: bool = False
     dtype: str = "bf16"

@@ -160,7 +160,7 @@ def build_split(batch: Batch, block_table: torch.Tensor) -> SplitMetadata:
 def build_metadata(strategy: str, batch: Batch, block_table: torch.Tensor):
     if strategy == "unified":
         return build_unified(batch, block_table)
-    if strategy == "split":
+    if strategy in ("split", "fused"):  # fused runs split's two parts in one launch
         return build_split(batch, block_table)
     raise ValueError(f"unknown strategy {strategy!r}")
 

@@ -20,12 +20,11 @@ import torch
 
 from attnbench.device import resolve_device
 from attnbench.errors import AttnbenchError, UsageError
-from attnbench.kernels.backends.base import STRATEGIES
 from attnbench.kernels.backends.registry import EXTRA_BACKEND_ERRORS, REGISTRY, get_backend, resolve_backends
 from attnbench.kernels.inputs import available_host_bytes, host_bytes, input_bytes
 from attnbench.kernels.sweep import SweepPlan
 from attnbench.kernels.timing import MODES, TimingConfig
-from attnbench.kernels.workload import KINDS, SweepPoint, build_batch
+from attnbench.kernels.workload import DEFAULT_STRATEGIES, KINDS, STRATEGIES, SweepPoint, build_batch
 
 # The seed's token counts on a GPU. The CPU reference runs a tenth of them on short contexts: a
 # decode batch of 1000 x 1024 tokens at 32 x 128 is 17 GB of KV cache, minutes of CPU time.
@@ -41,7 +40,7 @@ class KernelArgs:
     kv_heads: int | None = None
     tokens: list[int] | None = None  # None: GPU_DEFAULTS or CPU_DEFAULTS
     kinds: list[str] = ("all",)
-    strategies: list[str] = STRATEGIES
+    strategies: list[str] = DEFAULT_STRATEGIES
     backends: list[str] | None = None
     modes: list[str] | None = None
     dtype: str = "bf16"
@@ -202,6 +201,10 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
         return SweepPlan(tuple(points), tuple(args.backends or ()), tuple(args.strategies), tuple(modes),
                          TimingConfig(budget_ms=budget, rel_spread=args.rel_spread), str(device))
     backends = resolve_backends(args.backends, device)
+    for s in args.strategies:  # a strategy no backend of the run has would only make skipped rows
+        if not any(s in REGISTRY[b].strategies for b in backends):
+            raise UsageError(f"--strategy: none of {', '.join(backends)} has a {s} strategy "
+                             f"(see `attnbench backends`)")
     if args.backends:  # a backend the user named must be able to run something
         for name in backends:
             reasons = [get_backend(name).supports(p, s, device) for p in points for s in args.strategies]

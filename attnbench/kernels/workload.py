@@ -19,6 +19,10 @@ from dataclasses import asdict, dataclass, field
 from attnbench.errors import UsageError
 
 KINDS = ("decode", "prefill", "mixed", "prefix", "specdec")
+# how a batch is sent to the kernels (kernels/backends/base.py); tables show them in this order and
+# divide the others by unified: one varlen call / decode kernel + varlen / both parts in one launch (POD)
+STRATEGIES = ("unified", "split", "fused")
+DEFAULT_STRATEGIES = ("unified", "split")
 
 # Upper bounds on sizes: far past any model or serving batch today, and low enough that a typo (a
 # few zeros too many) is refused before a batch of a billion sequences is drawn or allocated.

@@ -130,9 +130,9 @@ def to_markdown(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
     libraries = ", ".join(sorted({f"{b} ({lib} {v})" for b, lib, v in
                                   df[["backend", "library", "library_version"]].dropna().itertuples(index=False)}))
     if kind is E2E:
-        return (f"**{gpu}**: {libraries}; p50 request latency, s; split / unified > 1 means unified is faster\n\n"
+        return (f"**{gpu}**: {libraries}; p50 request latency, s; <strategy> / unified > 1 means unified is faster\n\n"
                 + e2e_markdown(e2e_table(df)))
-    lines = [f"**{gpu}**: {libraries}; median ms; split / unified > 1 means unified is faster", ""]
+    lines = [f"**{gpu}**: {libraries}; median ms; <strategy> / unified > 1 means unified is faster", ""]
     for label, table in seed_tables(df):
         if label:
             lines += [f"#### {label}", ""]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from attnbench.errors import AttnbenchError
+from attnbench.kernels.workload import STRATEGIES
 from attnbench.results.rundir import replace_atomic, write_text_atomic
 
 POINT_COLUMNS = [
@@ -201,9 +202,12 @@ def seed_table(df: pd.DataFrame) -> pd.DataFrame:
     ok = measured.assign(ok=measured["verdict"].eq("pass")).pivot_table(
         index=index, columns="strategy", values="ok", aggfunc="all")
     table = pd.DataFrame(index=ms.index)
-    table["unified ms"] = ms.get("unified")
-    table["split ms"] = ms.get("split")
-    table["split / unified"] = table["split ms"] / table["unified ms"]
+    present = strategies_in(ms.columns)
+    for strategy in present:
+        table[f"{strategy} ms"] = ms[strategy]
+    if "unified" in present:  # every other strategy against the one-call baseline
+        for strategy in present[1:]:
+            table[f"{strategy} / unified"] = ms[strategy] / ms["unified"]
     table["check"] = ok.all(axis=1).map({True: "pass", False: "FAIL"})
     table = table.reset_index().rename(columns={
         "num_tokens": "query tokens", "num_heads": "heads", "num_kv_heads": "kv heads", "head_dim": "head dim",
@@ -211,6 +215,24 @@ def seed_table(df: pd.DataFrame) -> pd.DataFrame:
     if not (measured["kind"] == "prefix").any():
         table = table.drop(columns="prefix ratio")  # the ratio only shapes prefix batches
     return table
+
+
+LINESTYLES = {"unified": "-", "split": "--", "fused": "-."}  # one line style per strategy, in every plot
+
+
+def strategies_in(names) -> list[str]:
+    """The strategies among `names`, known ones in STRATEGIES order (unified first), then any other."""
+    names = [n for n in names if isinstance(n, str) and n]
+    return [s for s in STRATEGIES if s in names] + sorted(n for n in names if n not in STRATEGIES)
+
+
+def format_cell(column: str, value) -> str:
+    """A table cell: times as ms with 4 decimals, ratios with 3, blanks for NaN."""
+    if column.endswith(" ms"):
+        return format_ms(value)
+    if " / " in column:
+        return "" if value is None or pd.isna(value) else f"{value:.3f}"
+    return str(value)
 
 
 def format_ms(value) -> str:
@@ -227,9 +249,8 @@ def markdown_table(table: pd.DataFrame) -> str:
     if table.empty:
         return "_no measured rows_\n"
     shown = table.copy()
-    for col in ("unified ms", "split ms"):
-        shown[col] = shown[col].map(format_ms)
-    shown["split / unified"] = shown["split / unified"].map(lambda r: "" if pd.isna(r) else f"{r:.3f}")
+    for col in shown.columns:
+        shown[col] = [format_cell(col, v) for v in shown[col]]
     return "\n".join(md_lines(shown.columns, shown.itertuples(index=False))) + "\n"
 
 
@@ -239,7 +260,7 @@ def write_summary(df: pd.DataFrame, out_dir: Path, env: dict) -> Path:
         "# attnbench kernel summary\n",
         f"- command: `{env.get('command', '')}`",
         f"- device: {gpu}; torch {env.get('torch')}; attnbench {env.get('attnbench_version')}",
-        "- times: median over samples (CUDA events; perf_counter on CPU); split / unified > 1 means unified is faster",
+        "- times: median over samples (CUDA events; perf_counter on CPU); <strategy> / unified > 1 means unified is faster",
         "",
         markdown_table(seed_table(df)),
     ]

@@ -1,4 +1,4 @@
-"""PNG plots from result rows: latency vs query tokens, and the split / unified ratio.
+"""PNG plots from result rows: latency vs query tokens, and each strategy / unified ratio.
 
 One figure per (heads, kv heads, head dim), one panel per batch kind. Several runs can be overlaid
 (two GPUs, two library versions): each run's label prefixes its lines.
@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from attnbench.kernels.workload import KINDS  # noqa: E402
+from attnbench.results.files import LINESTYLES, strategies_in  # noqa: E402
 
 SHAPE = ["num_heads", "num_kv_heads", "head_dim"]
 
@@ -67,7 +68,7 @@ def _latency_figure(per_run, kinds, title, path: Path) -> Path:
         for (kind, backend, strategy, mode, ratio), g in df.groupby(["kind", "backend", "strategy", "mode", "prefix_ratio"]):
             g = g.sort_values("num_tokens")
             tag = f"hit {ratio:g}" if kind == "prefix" and several_ratios else ""
-            style = "-" if strategy == "unified" else "--"
+            style = LINESTYLES.get(strategy, ":")
             marker = "o" if mode == "graph" else "s"
             ax = axes[kind]
             ax.errorbar(g["num_tokens"], g["median_ms"],
@@ -95,13 +96,17 @@ def _ratio_figure(per_run, kinds, title, path: Path) -> Path | None:
         several_ratios = df.loc[df["kind"] == "prefix", "prefix_ratio"].nunique() > 1
         ms = df.pivot_table(index=["kind", "backend", "mode", "prefix_ratio", "num_tokens"], columns="strategy",
                             values="median_ms", aggfunc="first")
-        if not {"unified", "split"} <= set(ms.columns):
+        others = [s for s in strategies_in(ms.columns) if s != "unified"]
+        if "unified" not in ms.columns:
             continue
-        ratio = (ms["split"] / ms["unified"]).dropna().reset_index(name="ratio")
-        for (kind, backend, mode, hit), g in ratio.groupby(["kind", "backend", "mode", "prefix_ratio"]):
-            tag = f"hit {hit:g}" if kind == "prefix" and several_ratios else ""
-            axes[kind].plot(g["num_tokens"], g["ratio"], marker="o", label=_label(run, backend, mode, tag))
-            drawn = True
+        for strategy in others:  # each strategy against unified: a line per (strategy, backend, mode)
+            ratio = (ms[strategy] / ms["unified"]).dropna().reset_index(name="ratio")
+            for (kind, backend, mode, hit), g in ratio.groupby(["kind", "backend", "mode", "prefix_ratio"]):
+                tag = f"hit {hit:g}" if kind == "prefix" and several_ratios else ""
+                name = strategy if len(others) > 1 else ""
+                axes[kind].plot(g["num_tokens"], g["ratio"], marker="o", linestyle=LINESTYLES.get(strategy, ":"),
+                                label=_label(run, backend, mode, name, tag))
+                drawn = True
     if not drawn:
         plt.close(fig)
         return None
@@ -111,9 +116,9 @@ def _ratio_figure(per_run, kinds, title, path: Path) -> Path | None:
         ax.set_xlabel("query tokens")
         ax.set_xscale("log")
         ax.grid(True, alpha=0.3)
-    axes[kinds[0]].set_ylabel("split / unified (>1: unified faster)")
+    axes[kinds[0]].set_ylabel("<strategy> / unified (>1: unified faster)")
     axes[kinds[-1]].legend(fontsize=7, loc="best")
-    fig.suptitle(f"split / unified: {title}")
+    fig.suptitle(f"strategy / unified: {title}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -12,9 +12,11 @@ The contract has two phases, as FlashInfer's wrappers (`plan()` then `run()`) an
 
 The strategy plumbing lives here, once. Unified: one varlen launch over the whole batch. Split:
 the decode sequences (first in q, one query length) as a 4-D `[seqs, query_len, heads, dim]` view
-through the batched kvcache launch, the rest through varlen. A backend supplies only its two
-primitives, `plan_varlen` and `plan_kvcache`, each returning a `Launch`; a new strategy (fused)
-is a new branch of `plan` plus the primitive it needs.
+through the batched kvcache launch, the rest through varlen. Fused: the same two parts as split,
+in one launch that runs them concurrently (POD-Attention); a batch with only one of the parts (a
+decode-only step) runs that part's kernel, as split does. A backend supplies its primitives,
+`plan_varlen` and `plan_kvcache` (and `plan_fused` when it declares `fused`), each returning a
+`Launch`.
 
 What a backend can do is declared, not probed: `strategies`, `graph_safe` (its plans may be
 captured in a CUDA graph) and `oracle` (it is the float32 reference others are checked against).
@@ -29,9 +31,8 @@ from typing import Callable, ClassVar
 import torch
 
 from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
-from attnbench.kernels.workload import SweepPoint
+from attnbench.kernels.workload import DEFAULT_STRATEGIES, SweepPoint
 
-STRATEGIES = ("unified", "split")
 
 # one kernel launch: reads q (or its 4-D view) and the paged caches, writes into out
 Launch = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
@@ -45,6 +46,11 @@ class Plan:
     strategy: str
     launches: tuple[Launch, ...]
     details: dict = field(default_factory=dict)  # what the library chose, recorded with each row
+    # For a library whose launches read buffers its plan filled from host values (FlashInfer's
+    # indptr/indices): re-plan another batch of the same shape into the same buffers, so a captured
+    # graph replays on it. The e2e engine calls it before each decode-graph replay with host
+    # metadata. None: the launches read the metadata tensors themselves (FA2, FA3, reference).
+    refresh: Callable[[VarlenMetadata | SplitMetadata], None] | None = None
 
     def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
             out: torch.Tensor) -> torch.Tensor:
@@ -79,7 +85,7 @@ class Backend(ABC):
 
     name: ClassVar[str]
     description: ClassVar[str]
-    strategies: ClassVar[tuple[str, ...]] = STRATEGIES
+    strategies: ClassVar[tuple[str, ...]] = DEFAULT_STRATEGIES
     graph_safe: ClassVar[bool] = False
     oracle: ClassVar[bool] = False
     head_dims: ClassVar[tuple[int, ...] | None] = None  # None: any
@@ -118,16 +124,23 @@ class Backend(ABC):
             if not isinstance(metadata, VarlenMetadata):
                 raise TypeError(f"unified needs VarlenMetadata, got {type(metadata).__name__}")
             launches = [self.plan_varlen(point, metadata)]
-        else:
+        elif strategy == "fused" and isinstance(metadata, SplitMetadata) and metadata.decode and metadata.prefill:
+            launches = [self.plan_fused(point, metadata)]
+        else:  # split, or fused over a batch with one part only: that part's own kernel, as split runs it
             if not isinstance(metadata, SplitMetadata):
-                raise TypeError(f"split needs SplitMetadata, got {type(metadata).__name__}")
+                raise TypeError(f"{strategy} needs SplitMetadata, got {type(metadata).__name__}")
             launches = []
             dec, pre = metadata.decode, metadata.prefill
             if dec is not None:
                 launches.append(as_batched(self.plan_kvcache(point, dec), dec.num_seqs, dec.query_len))
             if pre is not None:
                 launches.append(on_tokens(self.plan_varlen(point, pre), pre.token_offset))
-        return Plan(self.name, strategy, tuple(launches), self.plan_details(point, metadata))
+        return Plan(self.name, strategy, tuple(launches), self.plan_details(point, metadata),
+                    self.plan_refresh(strategy, point, metadata))
+
+    def plan_refresh(self, strategy: str, point: SweepPoint, metadata) -> Callable | None:
+        """Plan.refresh for this plan; None by default (the kernels read the metadata tensors)."""
+        return None
 
     def plan_details(self, point: SweepPoint, metadata) -> dict:
         """What the library decided for this plan (kernel variant, splits...); {} by default."""
@@ -136,6 +149,11 @@ class Backend(ABC):
     @abstractmethod
     def plan_varlen(self, point: SweepPoint, md: VarlenMetadata) -> Launch:
         """One paged varlen launch over md's sequences; q/out given to it are those sequences' tokens."""
+
+    def plan_fused(self, point: SweepPoint, md: SplitMetadata) -> Launch:
+        """One launch running md's decode and prefill parts together; q/out given to it are the
+        whole batch (decode tokens first). Only backends that declare `fused` supply it."""
+        raise NotImplementedError(f"{self.name} has no fused launch")
 
     @abstractmethod
     def plan_kvcache(self, point: SweepPoint, md: KVCacheMetadata) -> Launch:
