@@ -1,35 +1,27 @@
 """--isolate: each point in a worker process with a watchdog, on the CPU.
 
-Test-only backends (tests/fake_backends.py) hang, kill their process or run out of memory at one
-point; that point becomes a `timeout`, `crashed` or `oom` row and every other point is measured.
-The backends reach the spawned workers through ATTNBENCH_EXTRA_BACKENDS, as a user's own would.
+Test-only backends (tests/fake_backends.py) hang, kill their process, run out of memory or kill
+the CUDA context at one point; that point becomes `timeout`, `crashed` or `oom` rows and every
+other point is measured. The backends reach the spawned workers through ATTNBENCH_EXTRA_BACKENDS,
+as a user's own would. The pool itself: a healthy worker is reused, a lost one replaced.
 """
 
 from __future__ import annotations
 
 import time
 
-import fake_backends
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
 from attnbench.cli.main import app
 from attnbench.kernels.backends import registry
+from attnbench.workers.pool import WorkerPool
+
+pytest_plugins = ["fake_backends"]
 
 SWEEP = ["kernel", "--heads", "4", "--kv-heads", "2", "--dim", "32", "--tokens", "4,8,12", "--kind", "decode",
          "--context", "32", "--budget-ms", "3", "--device", "cpu"]
-
-
-@pytest.fixture
-def misbehaving(monkeypatch):
-    monkeypatch.setenv("ATTNBENCH_EXTRA_BACKENDS", fake_backends.ALL)  # for the workers
-    before = dict(registry.REGISTRY)
-    registry._load_extra_backends(fake_backends.ALL)  # for this process
-    assert not registry.EXTRA_BACKEND_ERRORS
-    yield
-    registry.REGISTRY.clear()
-    registry.REGISTRY.update(before)
 
 
 def run(tmp_path, *extra):
@@ -47,7 +39,8 @@ def by_tokens(out) -> dict[int, set[str]]:
     ("test-hang", "timeout", "no result within --point-timeout 3 s"),
     ("test-crash", "crashed", "killed by SIGKILL"),
     ("test-oom", "oom", "OutOfMemoryError"),
-    ("test-fault", "error", "IndexError"),  # on a GPU: a device-side assert, and a fresh worker after it
+    ("test-fault", "error", "IndexError"),  # on a GPU: a device-side assert, so crashed as the next one
+    ("test-dead-context", "crashed", "the CUDA context died: RuntimeError: CUDA error: an illegal memory access"),
 ])
 def test_a_bad_point_costs_that_point_only(tmp_path, misbehaving, backend, verdict, reason):
     start = time.monotonic()
@@ -90,3 +83,13 @@ def test_a_backend_from_the_environment_that_does_not_load_is_one_line(tmp_path)
 def test_point_timeout_must_be_a_sane_number(tmp_path, value):
     result, _ = run(tmp_path, "--isolate", "--point-timeout", value)
     assert result.exit_code == 1 and "--point-timeout" in result.output.strip().splitlines()[-1]
+
+
+def test_a_healthy_worker_is_reused_and_a_lost_one_replaced():
+    from fake_backends import pid_or_death  # a plugin of this module: imported once pytest has it
+
+    with WorkerPool(pid_or_death, (), timeout=60) as pool:
+        first, again, lost, fresh = (pool.run(task) for task in ("pid", "pid", "die", "pid"))
+    assert first.items == again.items and first.failure is None
+    assert lost.failure[0] == "crashed" and "killed by SIGKILL" in lost.failure[1]
+    assert fresh.items and fresh.items != first.items

@@ -34,6 +34,8 @@ def e2e(
     profile: Annotated[bool, typer.Option(help="After each row's measured runs, profile one more request run with torch.profiler: traces under <out>/profile, kernel breakdown and the attention kernels' share in profile_kernels.csv and profile.md. Example: --profile")] = False,
     force: Annotated[bool, typer.Option(help="Run into an --out that holds an earlier run, removing the files attnbench wrote there first (other files stay). Example: --force")] = False,
     resume: Annotated[Optional[Path], typer.Option(help="Finish an interrupted run: the same flags, and the directory it wrote; only the points it lacks are measured (refused if the GPU or library versions differ). Example: --resume results/20261130-h200-e2e")] = None,
+    isolate: Annotated[bool, typer.Option(help="Run each (input len, output len, batch size) point in a worker process with a watchdog; a worker builds the model once and is reused while healthy: a point that hangs (past --point-timeout), crashes its process or kills the CUDA context becomes timeout / crashed rows and the run goes on. Example: --isolate")] = False,
+    point_timeout: Annotated[Optional[float], typer.Option(help="With --isolate: the longest a point may go without a row, in seconds (default 600 on a GPU, 120 on the CPU); a worker's start, model build included, gets at least 120 s. Example: --point-timeout 300")] = None,
 ) -> None:
     """Request latency of a whole model, unified vs split attention: p50/p90/p99 request latency,
     prefill/decode step times, tokens/s, and greedy-token agreement between the runs.

@@ -3,12 +3,16 @@
 Like the kernel job: the directory is claimed (new or empty, `--force`, `--resume`) and locked;
 a point's rows and agreements reach results.csv / agreement.csv (rewritten atomically) once the
 point is complete; Ctrl-C or SIGTERM abandons the current point, writes the outputs of what was
-measured and exits 130 / 143; `--resume DIR` measures only the points DIR lacks.
+measured and exits 130 / 143; `--resume DIR` measures only the points DIR lacks. With
+`--isolate` each point runs in a worker process that builds its own model (attnbench.workers):
+a point that hangs or crashes is recorded as such and the run goes on.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
+from typing import ContextManager, Iterator
 
 import pandas as pd
 import torch
@@ -16,14 +20,13 @@ from rich.console import Console
 
 from attnbench.console import default_out_dir, progress
 from attnbench.device import device_name, resolve_device
-from attnbench.e2e.checkpoint import load_hf_checkpoint
 from attnbench.e2e.engine import estimate_bytes
-from attnbench.e2e.model import fused, random_model
+from attnbench.e2e.model import fused
 from attnbench.e2e.report import E2E_POINT, write_e2e_outputs
 from attnbench.e2e.runner import (
     GiB,
     E2EArgs,
-    ModelEngines,
+    ModelSpec,
     attention_point,
     check_fits,
     graph_mode,
@@ -41,6 +44,7 @@ from attnbench.kernels.workload import DTYPE_ALIASES
 from attnbench.results import files, rundir
 from attnbench.results.env import collect
 from attnbench.results.profiling import write_report
+from attnbench.workers.isolated_e2e import Measure, isolated_points
 
 def point_key(values: dict) -> tuple[str, ...]:
     return tuple(str(values.get(c)) for c in E2E_POINT)
@@ -64,6 +68,34 @@ def previous_agreements(out_dir: Path) -> list[dict]:
     if not path.exists():
         return []
     return pd.read_csv(path, dtype=str, keep_default_na=False).to_dict("records")
+
+
+def point_timeout(args: E2EArgs, device: torch.device) -> float:
+    """--point-timeout, or 600 s on a GPU (above FA2's 1-2 minute first-use compile on Hopper), 120 on the CPU."""
+    if args.point_timeout is not None:
+        return float(args.point_timeout)
+    return 120.0 if device.type == "cpu" else 600.0
+
+
+def fused_status(rows: list[dict]) -> str:
+    """How the small ops ran, as the last measured row says (with --isolate a worker knows, not this process)."""
+    said = [r["fused_ops"] for r in rows if isinstance(r.get("fused_ops"), str) and r["fused_ops"]]
+    return said[-1] if said else fused.status
+
+
+@contextmanager
+def in_process(spec: ModelSpec, args: E2EArgs, plans: dict, profile_out: Path | None) -> Iterator[Measure]:
+    """Points measured in this process, on one model built here."""
+    engines = spec.build()
+    yield lambda fields: run_point(engines, args, plans, fields, profile_out)
+
+
+def measurer(spec: ModelSpec, args: E2EArgs, plans: dict, profile_out: Path | None,
+             timeout: float | None) -> ContextManager[Measure]:
+    """How each point is measured: here, or in a worker process under a watchdog (--isolate)."""
+    if args.isolate:
+        return isolated_points(spec, args, plans, profile_out, timeout)
+    return in_process(spec, args, plans, profile_out)
 
 
 def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
@@ -101,7 +133,8 @@ def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
                       "dtype": dtype_name, "block_size": args.block_size, "chunk_size": args.chunk_size,
                       "max_model_len": max_model_len, "warmup": args.warmup, "iters": args.iters,
                       "memory_estimate_gib": {k: round(v / GiB, 3) for k, v in parts.items()},
-                      "graphs": {b: note for b, (_, note) in plans.items()}}
+                      "graphs": {b: note for b, (_, note) in plans.items()},
+                      "point_timeout_s": point_timeout(args, device) if args.isolate else None}
         points = [(i, o, b) for i, o in pairs for b in args.batch_sizes]
         rows: list[dict] = []
         agreements: list[dict] = []
@@ -118,10 +151,8 @@ def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
                           f"of {len(points)} points already measured")
             points = [p for p in points if point_key(dict(zip(E2E_POINT, p))) not in done]
         files.write_env(out_dir, env)
-        # the model is built only now: a refused --out or --resume costs no weights
-        dtype = torch_dtype(dtype_name)
-        model = load_hf_checkpoint(path, dtype, device, margs) if path else random_model(margs, dtype, device, args.seed)
-        engines = ModelEngines(model, max_bs, max_model_len, args.block_size, args.chunk_size, args.seed)
+        spec = ModelSpec(margs, path, dtype_name, device, args.seed, max_bs, max_model_len, args.block_size,
+                         args.chunk_size)
         base = {"model": margs.name, "params_b": round(margs.num_params / 1e9, 3), "dtype": dtype_name,
                 "block_size": args.block_size, "chunk_size": args.chunk_size or 0, "device": device.type,
                 "gpu": gpu_name or "cpu", "warmup": args.warmup, "iters": args.iters}
@@ -132,12 +163,13 @@ def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
         with progress(console) as bar:
             task = bar.add_task("e2e", total=len(points))
             try:
-                with signals_raise():
+                # the model is built only now: a refused --out or --resume costs no weights
+                with signals_raise(), measurer(spec, args, plans, out_dir if args.profile else None,
+                                               env["e2e"]["point_timeout_s"]) as measure:
                     for input_len, output_len, batch_size in points:
                         bar.update(task, description=f"in {input_len} / out {output_len} / batch {batch_size}")
                         fields = {**base, "input_len": input_len, "output_len": output_len, "batch_size": batch_size}
-                        new_rows, new_agreements = run_point(engines, args, plans, fields,
-                                                             out_dir if args.profile else None)
+                        new_rows, new_agreements = measure(fields)
                         rows += new_rows
                         agreements += new_agreements
                         save_table(rows, out_dir / "results.csv")
@@ -147,7 +179,7 @@ def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
                         bar.update(task, advance=1)
             except (KeyboardInterrupt, SignalReceived) as exc:
                 stopped = exc
-        env["e2e"]["fused_ops"] = fused.status
+        env["e2e"]["fused_ops"] = fused_status(rows)
         files.write_env(out_dir, env)
         if rows:
             write_e2e_outputs(out_dir, env, console)

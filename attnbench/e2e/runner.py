@@ -12,19 +12,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from attnbench.e2e.attention import PagedAttention
-from attnbench.e2e.checkpoint import read_hf_config
+from attnbench.e2e.checkpoint import load_hf_checkpoint, read_hf_config
 from attnbench.e2e.engine import GRAPH_NOTE, Engine, graph_buckets
-from attnbench.e2e.model import PRESETS, ModelArgs, Transformer, fused
+from attnbench.e2e.model import PRESETS, ModelArgs, Transformer, fused, random_model
 from attnbench.e2e.report import FAILING, compare_generations, run_metrics, worst
 from attnbench.e2e.scheduler import KVCache, make_prompts
 from attnbench.errors import AttnbenchError, UsageError, error_reason
 from attnbench.kernels.backends.registry import get_backend
-from attnbench.kernels.inputs import available_host_bytes
+from attnbench.kernels.inputs import available_host_bytes, torch_dtype
 from attnbench.kernels.plan import check_strategies, check_unique
+from attnbench.kernels.sweep import failure_verdict
 from attnbench.kernels.workload import (
     DEFAULT_STRATEGIES,
     DTYPE_ALIASES,
@@ -60,6 +62,8 @@ class E2EArgs:
     profile: bool = False
     force: bool = False
     resume: Path | None = None
+    isolate: bool = False  # --isolate: each point in a worker process with a watchdog (attnbench.workers)
+    point_timeout: float | None = None  # --point-timeout S (default: 600 on a GPU, 120 on the CPU)
 
 
 def length_pairs(args: E2EArgs) -> list[tuple[int, int]]:
@@ -82,7 +86,7 @@ def validate_args(args: E2EArgs) -> None:
 
     Bounds: prompt, output and chunk lengths up to workload.MAX_TOKENS (the model's own
     max_positions is checked once it is known), batches up to 4096 requests, up to 10,000
-    warm-up and measured runs each, a 64-bit seed.
+    warm-up and measured runs each, a 64-bit seed, a --point-timeout of up to a day.
     """
     ranges = [("--input-len", args.input_lens, 1, MAX_TOKENS), ("--output-len", args.output_lens, 1, MAX_TOKENS),
               ("--batch-size", args.batch_sizes, 1, 4096),
@@ -97,6 +101,9 @@ def validate_args(args: E2EArgs) -> None:
         raise UsageError(f"--block-size: KV block size must be a multiple of 16, got {args.block_size}")
     if DTYPE_ALIASES.get(args.dtype) is None:
         raise UsageError(f"--dtype: unknown dtype {args.dtype!r}; choose bf16 or fp16")
+    timeout = args.point_timeout
+    if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout <= 86400):
+        raise UsageError(f"--point-timeout: must be a number of seconds above 0 and at most 86400, got {timeout}")
     check_strategies(args.strategies)
     for flag, values in [("--batch-size", args.batch_sizes), ("--strategy", args.strategies),
                          ("--backend", args.backends or [])]:
@@ -168,6 +175,28 @@ class ModelEngines:
         return self.engines[key]
 
 
+@dataclass(frozen=True)
+class ModelSpec:
+    """What builds a run's model, KV cache and engines: plain data, so that a worker process
+    (--isolate) builds its own from it."""
+
+    args: ModelArgs
+    checkpoint: Path | None  # None: random weights from `seed`
+    dtype: str
+    device: torch.device
+    seed: int
+    max_num_seqs: int
+    max_model_len: int
+    block_size: int
+    chunk_size: int | None
+
+    def build(self) -> ModelEngines:
+        dtype = torch_dtype(self.dtype)
+        model = (load_hf_checkpoint(self.checkpoint, dtype, self.device, self.args) if self.checkpoint
+                 else random_model(self.args, dtype, self.device, self.seed))
+        return ModelEngines(model, self.max_num_seqs, self.max_model_len, self.block_size, self.chunk_size, self.seed)
+
+
 def graph_mode(backend: str, device: torch.device, eager: bool, max_num_seqs: int) -> tuple[bool, str]:
     if eager:
         return False, "eager (--eager)"
@@ -178,18 +207,31 @@ def graph_mode(backend: str, device: torch.device, eager: bool, max_num_seqs: in
     return True, GRAPH_NOTE.format(buckets=",".join(map(str, graph_buckets(max_num_seqs))))
 
 
-def run_point(engines: ModelEngines, args: E2EArgs, plans: dict, fields: dict,
-              profile_out: Path | None = None) -> tuple[list[dict], list[dict]]:
-    """Every backend x strategy on one point; then the agreement of their check runs."""
+def row_head(fields: dict, backend: str, strategy: str, plan: tuple[bool, str]) -> dict:
+    """A row's point, backend, library, strategy and mode: what it is, before what it measured."""
+    package, version = get_backend(backend).library()
+    graphs, note = plan
+    return {**fields, "backend": backend, "library": package, "library_version": version, "strategy": strategy,
+            "mode": "graph" if graphs else "eager", "graph_note": note}
+
+
+def failed_rows(args: E2EArgs, plans: dict, fields: dict, verdict: str, reason: str) -> list[dict]:
+    """The rows of a point lost as a whole (its worker timed out or crashed): one per backend x strategy."""
+    return [{**row_head(fields, backend, strategy, plan), "verdict": verdict, "reason": reason, "agreement": ""}
+            for backend, plan in plans.items() for strategy in args.strategies]
+
+
+def run_point(engines: ModelEngines, args: E2EArgs, plans: dict, fields: dict, profile_out: Path | None = None,
+              on_row: Callable[[dict], None] = lambda row: None) -> tuple[list[dict], list[dict]]:
+    """Every backend x strategy on one point; then the agreement of their check runs. `on_row` sees
+    each row as it is measured (a worker's sign of life), before agreement settles its verdict."""
     prompts = make_prompts(fields["batch_size"], fields["input_len"], engines.model.args.vocab_size, args.seed)
     output_len = fields["output_len"]
     rows, checks, agreements = [], {}, []
     for backend, (graphs, note) in plans.items():
-        package, version = get_backend(backend).library()
         mode = "graph" if graphs else "eager"
         for strategy in args.strategies:
-            row = {**fields, "backend": backend, "library": package, "library_version": version,
-                   "strategy": strategy, "mode": mode, "graph_note": note}
+            row = row_head(fields, backend, strategy, (graphs, note))
             try:
                 engine = engines.engine(backend, strategy, graphs)
                 check = checks[(backend, strategy, mode)] = engine.generate(prompts, output_len, record_logits=True)
@@ -205,8 +247,9 @@ def run_point(engines: ModelEngines, args: E2EArgs, plans: dict, fields: dict,
                     checks[(backend, strategy, "eager")] = engines.engine(backend, strategy, False).generate(
                         prompts, output_len, record_logits=True)
             except Exception as exc:  # one failed row must not lose the others
-                row.update(verdict="error", reason=error_reason(exc))
+                row.update(verdict=failure_verdict(exc), reason=error_reason(exc))
             rows.append({**row, "fused_ops": fused.status})
+            on_row(rows[-1])
         pairs = [("unified", mode, s, mode) for s in args.strategies if s != "unified" and "unified" in args.strategies]
         pairs += [(s, "eager", s, "graph") for s in args.strategies if graphs]
         for ref_s, ref_m, run_s, run_m in pairs:
