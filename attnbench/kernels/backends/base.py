@@ -88,6 +88,7 @@ class Backend(ABC):
     strategies: ClassVar[tuple[str, ...]] = DEFAULT_STRATEGIES
     graph_safe: ClassVar[bool] = False
     oracle: ClassVar[bool] = False
+    opt_in: ClassVar[bool] = False  # left out of the default backends: run only when named (--backend)
     head_dims: ClassVar[tuple[int, ...] | None] = None  # None: any
     dtypes: ClassVar[tuple[str, ...] | None] = None  # None: any
 

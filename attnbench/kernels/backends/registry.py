@@ -14,11 +14,15 @@ import torch
 
 from attnbench.errors import UsageError
 from attnbench.kernels.backends.base import Backend
+from attnbench.kernels.backends.flashinfer import FlashInferBackend
+from attnbench.kernels.backends.flashinfer_ba import FlashInferBABackend
+from attnbench.kernels.backends.flex import FlexBackend
 from attnbench.kernels.backends.reference import ReferenceBackend
 from attnbench.kernels.backends.vllm_fa2 import VllmFA2Backend
 from attnbench.kernels.backends.vllm_fa3 import VllmFA3Backend
 
-REGISTRY: dict[str, Backend] = {b.name: b for b in (ReferenceBackend(), VllmFA2Backend(), VllmFA3Backend())}
+REGISTRY: dict[str, Backend] = {b.name: b for b in (ReferenceBackend(), VllmFA2Backend(), VllmFA3Backend(), FlexBackend(),
+                                                    FlashInferBackend(), FlashInferBABackend())}
 EXTRA_BACKEND_ERRORS: list[str] = []  # ATTNBENCH_EXTRA_BACKENDS entries that did not load, and why
 
 
@@ -49,8 +53,8 @@ def available_backends() -> list[str]:
 
 
 def resolve_backends(requested: list[str] | None, device: torch.device) -> list[str]:
-    """The backends named (each must be available), or every available non-oracle kernel backend
-    (the oracle alone on the CPU, or where no kernel backend is available)."""
+    """The backends named (each must be available), or every available kernel backend that is
+    neither the oracle nor opt-in (the oracle alone on the CPU, or where no kernel backend is available)."""
     if requested:
         for name in requested:
             reason = get_backend(name).unavailable_reason()
@@ -60,4 +64,5 @@ def resolve_backends(requested: list[str] | None, device: torch.device) -> list[
     oracles = [name for name, b in REGISTRY.items() if b.oracle]
     if device.type == "cpu":
         return oracles
-    return [name for name in available_backends() if not REGISTRY[name].oracle] or oracles
+    return [name for name in available_backends() if not REGISTRY[name].oracle and not REGISTRY[name].opt_in] \
+        or oracles

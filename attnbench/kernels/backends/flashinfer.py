@@ -1,0 +1,268 @@
+"""FlashInfer's paged attention: `flashinfer` (unified, split, fused) and `flashinfer-ba` (unified).
+
+The strategies, as vLLM's FLASHINFER backend and POD-Attention use FlashInfer's wrappers:
+
+- unified: BatchPrefillWithPagedKVCacheWrapper over the whole batch (decode rows are 1-token
+  queries, spec-decode rows k-token ones). backend="auto": FlashInfer picks fa3 on Hopper
+  (utils.determine_attention_backend), fa2 elsewhere; the row records which (fi_prefill_backend).
+- split: BatchDecodeWithPagedKVCacheWrapper for the decode rows + the prefill wrapper for the
+  rest. Decode uses tensor cores (FlashInfer's fa2 prefill kernel with query length 1), as vLLM's
+  v1 backend always does ("at least as good as cuda cores ... in latest gpus"; vLLM v0 and SGLang
+  chose them by GQA group size): fi_decode_tensor_cores. BatchDecode takes one query token per
+  request, so spec-decode rows go through the prefill wrapper, as in vLLM (fi_decode_wrapper).
+- fused: PODWithPagedKVCacheWrapper, one prefill request beside single-token decodes
+  (flashinfer_pod.py). A batch with only one of the parts runs that part's wrapper, as split
+  does (fi_fused says so); one with more prefill requests is refused with the reason.
+- flashinfer-ba (flashinfer_ba.py): BatchAttention, one persistent kernel for the whole batch.
+
+Each `plan` reads the metadata back to the host, builds FlashInfer's paged index arrays from the
+block table and KV lengths, and calls the wrappers' own `plan()`; `Plan.run` only launches.
+Workspaces, wrapper reuse and why live plans never share a schedule: flashinfer_common.py.
+
+CUDA graphs. FlashInfer copies the index arrays into its own buffers at plan time and schedules
+by the lengths, so a captured graph replays the batch it was planned for until the wrappers are
+re-planned. A plan of a single-token decode batch (what serving engines capture) is made in
+FlashInfer's CUDA-graph mode (use_cuda_graph=True: fixed index buffers, a grid padded for any
+lengths), and its `Plan.refresh(metadata)` re-plans the next batch of that shape into the same
+buffers, as vLLM re-plans its graph wrappers every step (the e2e engine calls it before a replay).
+Other batches are planned in eager mode, since graph mode plans a padded worst case (fa2: one
+query tile size for all rows, sized by the longest possible query; always split-KV), which is not
+what an engine runs for a mixed batch; such a plan still replays under a graph, and its refresh
+refuses. fi_graph_mode says which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from attnbench.kernels.backends.base import Backend, Plan, as_batched, on_tokens
+from attnbench.kernels.backends.flashinfer_common import (
+    DTYPES,
+    FLOAT_WORKSPACE_BYTES,
+    HEAD_DIMS,
+    Part,
+    Workspace,
+    WrapperPool,
+    find_flashinfer,
+    float_overflow,
+    graph_buffers,
+    library_version,
+    paged_kv_arrays,
+    plan_info_details,
+)
+from attnbench.kernels.backends.flashinfer_pod import fused_refusal, pod_part
+from attnbench.kernels.inputs import torch_dtype
+from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
+from attnbench.kernels.workload import SweepPoint, build_batch
+
+DECODE_TENSOR_CORES = True  # vLLM v1's choice (v1/attention/backends/flashinfer.py, _get_decode_wrapper)
+PLAN_ATTEMPTS = 4  # a plan that overflows the float workspace is retried on a larger one
+
+
+def single_token_decode(metadata: VarlenMetadata | SplitMetadata) -> bool:
+    """Every sequence brings one query token: the batches engines capture, planned in graph mode."""
+    if isinstance(metadata, VarlenMetadata):
+        return metadata.max_seqlen_q == 1
+    return metadata.prefill is None and metadata.decode is not None and metadata.decode.query_len == 1
+
+
+def refresher(backend: str, strategy: str, parts: list[Part]) -> Callable:
+    """Plan.refresh: every part re-planned for new metadata of the plan's shape, or a refusal."""
+    def refuse(md) -> None:
+        raise RuntimeError(f"{backend} {strategy}: planned in FlashInfer's eager mode (the batch has rows with "
+                           "more than one query token), so it cannot be re-planned into the buffers a graph captured")
+
+    def replan(md: VarlenMetadata | SplitMetadata) -> None:
+        subs = [md] if strategy == "unified" else [sub for sub in (md.decode, md.prefill) if sub is not None]
+        for part, sub in zip(parts, subs, strict=True):
+            part.replan(sub)
+    return refuse if any(part.replan is None for part in parts) else replan
+
+
+class FlashInferBackend(Backend):
+    name = "flashinfer"
+    description = "FlashInfer: BatchPrefill (unified) / BatchDecode + BatchPrefill (split) / POD (fused)"
+    strategies = ("unified", "split", "fused")
+    graph_safe = True
+    head_dims = HEAD_DIMS
+    dtypes = DTYPES
+
+    def __init__(self, library: Any = None, workspace_bytes: int = FLOAT_WORKSPACE_BYTES):
+        self._library = library  # tests hand in a fake module; None: import flashinfer
+        self.workspace = Workspace(workspace_bytes)
+        self.pool = WrapperPool()
+
+    def fi(self) -> Any:
+        if self._library is not None:
+            return self._library
+        module, reason = find_flashinfer()
+        if module is None:
+            raise RuntimeError(reason)
+        return module
+
+    def unavailable_reason(self) -> str | None:
+        if self._library is not None:
+            return None
+        module, reason = find_flashinfer()
+        if module is None:
+            return reason
+        if not torch.cuda.is_available():
+            return "needs a CUDA GPU (none visible)"
+        major, minor = torch.cuda.get_device_capability()
+        if major < 8:
+            return f"FlashInfer's bf16 kernels need compute capability >= 8.0, this GPU has {major}.{minor}"
+        return None
+
+    def library(self) -> tuple[str, str]:
+        module = self._library or find_flashinfer()[0]
+        return ("flashinfer", library_version(module)) if module is not None else ("none", "")
+
+    def needs_cuda(self) -> bool:
+        return self._library is None
+
+    def supports(self, point: SweepPoint, strategy: str, device: torch.device) -> str | None:
+        reason = super().supports(point, strategy, device)
+        if reason is not None or strategy != "fused":
+            return reason
+        batch = build_batch(point)
+        decode = [q for q, d in zip(batch.query_lens, batch.is_decode) if d]
+        return fused_refusal(len(decode), decode[0] if decode else 1, batch.num_seqs - len(decode))
+
+    # --- planning ------------------------------------------------------------------------------
+
+    def plan(self, strategy: str, point: SweepPoint, metadata: VarlenMetadata | SplitMetadata) -> Plan:
+        """Base.plan's strategy plumbing (as_batched / on_tokens), plus what FlashInfer needs beside
+        it, which base's hooks (called with the metadata only) cannot see: each wrapper's choices
+        for the details, its pool lease, and its in-place re-plan for refresh."""
+        if strategy not in self.strategies:
+            raise ValueError(f"{self.name} has no {strategy} strategy")
+        wanted = VarlenMetadata if strategy == "unified" else SplitMetadata
+        if not isinstance(metadata, wanted):
+            raise TypeError(f"{strategy} needs {wanted.__name__}, got {type(metadata).__name__}")
+        graph = single_token_decode(metadata)
+        details: dict = {}
+        if strategy == "unified":
+            parts = [self.unified_part(point, metadata, graph)]
+            launches = list(parts)
+        else:
+            dec, pre = metadata.decode, metadata.prefill
+            parts, launches = [], []
+            if strategy == "fused" and dec is not None and pre is not None:
+                parts.append(self.plan_fused(point, metadata))
+                launches.append(parts[-1])
+            else:
+                if dec is not None:
+                    parts.append(self.decode_part(point, dec, graph))
+                    launches.append(as_batched(parts[-1], dec.num_seqs, dec.query_len))
+                if pre is not None:
+                    parts.append(self.prefill_part(point, pre, graph))
+                    launches.append(on_tokens(parts[-1], pre.token_offset))
+                if strategy == "fused":
+                    details["fi_fused"] = (f"{'BatchDecode' if pre is None else 'BatchPrefill'} alone: the batch has "
+                                           f"no {'prefill' if pre is None else 'decode'} part to fuse")
+        for part in parts:
+            details.update(part.details)
+        plan = Plan(self.name, strategy, tuple(launches), details, refresher(self.name, strategy, parts))
+        self.pool.release_with(plan, [part.lease for part in parts])
+        return plan
+
+    def planned(self, kind: str, key: tuple, device: torch.device, make: Callable[[torch.Tensor], Any],
+                plan: Callable[[Any], None]) -> tuple[Any, tuple]:
+        """A wrapper of this kind and shape (idle or new), planned, and its lease (pool key, wrapper).
+        A plan that overflows the float workspace runs again on a larger one, with a new wrapper."""
+        for _ in range(PLAN_ATTEMPTS):
+            workspace = self.workspace.get(device)
+            lease_key = (kind, device, self.workspace.generation[device], *key)
+            wrapper = self.pool.take(lease_key, lambda workspace=workspace: make(workspace))
+            try:
+                plan(wrapper)
+                return wrapper, (lease_key, wrapper)
+            except Exception as exc:
+                needed = float_overflow(exc)
+                if needed is None:
+                    raise
+                self.workspace.grow(device, needed)
+        raise RuntimeError(f"FlashInfer's {kind} plan still overflows a {self.workspace.get(device).numel()}-byte "
+                           "float workspace")
+
+    def plan_varlen(self, point: SweepPoint, md: VarlenMetadata) -> Part:
+        return self.prefill_part(point, md, graph=False)
+
+    def plan_kvcache(self, point: SweepPoint, md: KVCacheMetadata) -> Part:
+        return self.decode_part(point, md, graph=False)
+
+    def plan_fused(self, point: SweepPoint, md: SplitMetadata) -> Part:
+        return pod_part(self.fi(), point, md, self.planned)
+
+    def unified_part(self, point: SweepPoint, md: VarlenMetadata, graph: bool) -> Part:
+        return self.prefill_part(point, md, graph)
+
+    def prefill_part(self, point: SweepPoint, md: VarlenMetadata, graph: bool) -> Part:
+        """BatchPrefillWithPagedKVCacheWrapper over md's sequences; q/out are their tokens."""
+        fi, device, dtype = self.fi(), md.seqused_k.device, torch_dtype(point.dtype)
+        num_seqs, capacity = md.num_seqs, md.block_table.numel()
+
+        def make(workspace):
+            buffers = {}
+            if graph:
+                buffers = graph_buffers(device, num_seqs, capacity, suffix="_buf")
+                buffers["qo_indptr_buf"] = torch.zeros(num_seqs + 1, dtype=torch.int32, device=device)
+            return fi.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", use_cuda_graph=graph, **buffers)
+
+        def plan(wrapper, md: VarlenMetadata) -> None:
+            indptr, indices, last_page_len = paged_kv_arrays(md.seqused_k, md.block_table, point.block_size)
+            wrapper.plan(md.cu_seqlens_q.to("cpu"), indptr, indices, last_page_len, point.num_heads,
+                         point.num_kv_heads, point.head_dim, point.block_size, causal=point.causal,
+                         sm_scale=point.softmax_scale, q_data_type=dtype, kv_data_type=dtype)
+
+        key = (True, num_seqs, md.num_tokens, capacity) if graph else (False,)
+        wrapper, lease = self.planned("prefill", key, device, make, lambda w: plan(w, md))
+
+        def launch(q, k_cache, v_cache, out):
+            wrapper.run(q, (k_cache, v_cache), out=out)
+
+        details = {"fi_graph_mode": graph, "fi_prefill_backend": str(getattr(wrapper, "_backend", "unknown")),
+                   **plan_info_details(wrapper, "prefill")}
+        return Part(launch, details, lease, (lambda md: plan(wrapper, md)) if graph else None)
+
+    def decode_part(self, point: SweepPoint, md: KVCacheMetadata, graph: bool) -> Part:
+        """BatchDecodeWithPagedKVCacheWrapper over md's sequences; q/out are [seqs, 1, heads, dim].
+        Spec-decode rows (query_len > 1) go through the prefill wrapper: BatchDecode takes one."""
+        n, query_len = md.num_seqs, md.query_len
+        if query_len > 1:
+            cu_seqlens_q = torch.arange(0, (n + 1) * query_len, query_len, dtype=torch.int32)
+            varlen = VarlenMetadata(cu_seqlens_q, md.cache_seqlens, md.block_table, query_len, md.max_seqlen_k,
+                                    md.token_offset)
+            part = self.prefill_part(point, varlen, graph=False)
+            flat = part.launch
+            part.launch = lambda q4, k_cache, v_cache, out4: flat(q4.flatten(0, 1), k_cache, v_cache,
+                                                                   out4.flatten(0, 1))
+            part.details["fi_decode_wrapper"] = f"BatchPrefill (query_len {query_len}; BatchDecode takes 1)"
+            return part
+        fi, device, dtype = self.fi(), md.cache_seqlens.device, torch_dtype(point.dtype)
+        capacity = md.block_table.numel()
+
+        def make(workspace):
+            buffers = graph_buffers(device, n, capacity) if graph else {}
+            return fi.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_cuda_graph=graph,
+                                                         use_tensor_cores=DECODE_TENSOR_CORES, **buffers)
+
+        def plan(wrapper, md: KVCacheMetadata) -> None:
+            indptr, indices, last_page_len = paged_kv_arrays(md.cache_seqlens, md.block_table, point.block_size)
+            wrapper.plan(indptr, indices, last_page_len, point.num_heads, point.num_kv_heads, point.head_dim,
+                         point.block_size, sm_scale=point.softmax_scale, q_data_type=dtype, kv_data_type=dtype)
+
+        key = (True, n, capacity) if graph else (False,)
+        wrapper, lease = self.planned(f"decode-tc{int(DECODE_TENSOR_CORES)}", key, device, make,
+                                      lambda w: plan(w, md))
+
+        def launch(q4, k_cache, v_cache, out4):
+            wrapper.run(q4.flatten(0, 1), (k_cache, v_cache), out=out4.flatten(0, 1))
+
+        details = {"fi_graph_mode": graph, "fi_decode_wrapper": "BatchDecode",
+                   "fi_decode_tensor_cores": DECODE_TENSOR_CORES, **plan_info_details(wrapper, "decode")}
+        return Part(launch, details, lease, (lambda md: plan(wrapper, md)) if graph else None)
+

@@ -1,0 +1,71 @@
+"""`flashinfer-ba`: FlashInfer's persistent BatchAttention as a second unified variant.
+
+BatchAttention (flashinfer/attention.py in 0.6.6, flashinfer/attention/_core.py in 0.7.x) runs
+prefill and decode rows of one batch in a single persistent kernel: its planner splits every
+request's KV into work items and spreads them over one CTA pair per SM (scheduler.cuh
+TwoStageHolisticPlan), where BatchPrefill schedules query tiles. Everything else (paged index
+arrays, workspaces, wrapper reuse, re-planning) is the `flashinfer` backend's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnbench.kernels.backends.flashinfer import FlashInferBackend
+from attnbench.kernels.backends.flashinfer_common import (
+    Part,
+    library_version,
+    paged_kv_arrays,
+)
+from attnbench.kernels.inputs import torch_dtype
+from attnbench.kernels.metadata import VarlenMetadata
+from attnbench.kernels.workload import SweepPoint
+
+
+class FlashInferBABackend(FlashInferBackend):
+    """BatchAttention (flashinfer/attention.py): one persistent kernel for prefill and decode rows.
+
+    It owns a 384 MB float workspace, too small for 32 KV heads x 128 (its planner reserves
+    4 x 2 x SMs x 144 x kv_heads x (2 x head_dim + 4) bytes, scheduler.cuh TwoStageHolisticPlan:
+    ~1.27 GB on an H200), so the backend's shared, growing workspace replaces it. It keeps a
+    reference to kv_indices instead of copying them: they live in a buffer the plan owns. Its grid
+    is one CTA pair per SM whatever the batch, so it can be re-planned under a captured graph."""
+
+    name = "flashinfer-ba"
+    description = "FlashInfer BatchAttention: one persistent kernel over the whole batch (unified)"
+    strategies = ("unified",)
+
+    def unavailable_reason(self) -> str | None:
+        reason = super().unavailable_reason()
+        if reason is None and not hasattr(self.fi(), "BatchAttention"):
+            return f"flashinfer {library_version(self.fi())} has no BatchAttention"
+        return reason
+
+    def unified_part(self, point: SweepPoint, md: VarlenMetadata, graph: bool) -> Part:
+        fi, device, dtype = self.fi(), md.seqused_k.device, torch_dtype(point.dtype)
+        kv_indices = torch.zeros(max(md.block_table.numel(), 1), dtype=torch.int32, device=device)
+        lse = torch.empty((md.num_tokens, point.num_heads), dtype=torch.float32, device=device)
+
+        def make(workspace):
+            wrapper = fi.BatchAttention("NHD", device=str(device))
+            wrapper.float_workspace_buffer = workspace
+            return wrapper
+
+        def plan(wrapper, md: VarlenMetadata) -> None:
+            indptr, indices, _ = paged_kv_arrays(md.seqused_k, md.block_table, point.block_size)
+            kv_indices[:indices.numel()].copy_(indices)
+            wrapper.plan(md.cu_seqlens_q.to("cpu"), indptr, kv_indices, md.seqused_k.to("cpu", torch.int32),
+                         point.num_heads, point.num_kv_heads, point.head_dim, point.head_dim, point.block_size,
+                         causal=point.causal, sm_scale=point.softmax_scale, q_data_type=dtype, kv_data_type=dtype)
+
+        wrapper, lease = self.planned("ba", (), device, make, lambda w: plan(w, md))
+
+        def launch(q, k_cache, v_cache, out):
+            wrapper.run(q, (k_cache, v_cache), out=out, lse=lse)
+
+        try:  # HolisticPlanInfo starts with num_blks_x, num_blks_y (scheduler.cuh)
+            info = [int(v) for v in wrapper._plan_info][:2]
+            details = {"fi_ba_ctas": info[0] * info[1]}
+        except (AttributeError, TypeError, ValueError, IndexError):
+            details = {}
+        return Part(launch, details, lease, lambda md: plan(wrapper, md))

@@ -1,0 +1,193 @@
+"""What the FlashInfer backends share: the library, the paged index arrays, workspaces, wrapper reuse.
+
+FlashInfer (flashinfer-python; 0.6.6 on the GPU machine, checked against 0.7.4's API) plans a batch
+once per wrapper (`wrapper.plan(...)` on the host) and runs it many times (`wrapper.run(q, (k_cache,
+v_cache), out=out)`). attnbench's paged cache is FlashInfer's NHD layout with page_size =
+block_size; a plan turns attnbench's block table and KV lengths into FlashInfer's three arrays
+(`paged_kv_arrays`).
+
+Workspaces. A wrapper takes a float workspace and makes its own int workspace (8 MB on the device
+plus an 8 MB pinned host copy: prefill.py BatchPrefillWithPagedKVCacheWrapper.__init__, decode.py
+BatchDecodeWithPagedKVCacheWrapper.__init__). The float workspace only holds split-KV partial
+outputs while one run executes, so one per device serves every wrapper of a backend instance (runs
+are ordered on one stream). It grows when a plan asks for more: FlashInfer's planner raises "Buffer
+overflow when allocating memory for <name> with size <n> ... Increase the workspace buffer size"
+(include/flashinfer/allocator.h); CUDA-graph-mode plans reserve for a padded grid, e.g. ~1.3 GB for
+4000 decode rows x 32 heads x 128. Wrappers planned before keep the buffer they were planned with.
+The int workspace holds a plan's schedule (plan_info) and a graph-mode wrapper's fixed index
+buffers hold its page table: both belong to one wrapper, and a wrapper to one live plan. Plans
+alive together (unified and split timed interleaved, a split plan's two wrappers, the e2e engine's
+decode-graph buckets) therefore never overwrite each other's schedule. When a plan is collected,
+its wrappers go back to a small pool and the next plan of the same shape re-plans them, as vLLM
+keeps its wrappers and re-plans them every step: host_plan_us measures planning, not the
+construction of wrappers. A launch must not outlive its plan (the sweep and the engine hold plans).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata as importlib_metadata
+from typing import Any
+
+import torch
+
+from attnbench.kernels.backends.base import Launch
+
+FLOAT_WORKSPACE_BYTES = 256 << 20  # vLLM's FLASHINFER_WORKSPACE_BUFFER_SIZE
+POOL_SIZE = 16  # idle wrappers kept for reuse, all shapes together
+HEAD_DIMS = (64, 128, 256)  # FlashInfer's attention head dims (vLLM's FlashInferBackend lists the same)
+DTYPES = ("bfloat16", "float16")
+INSTALL = "pip install flashinfer-python"  # no [extra] here: the backends table reads brackets as markup
+# FlashInfer's float-workspace allocations (scheduler.cuh: PrefillPlan, DecodePlan, TwoStageHolisticPlan)
+OVERFLOW = re.compile(r"allocating memory for (\w*(?:tmp_v|tmp_s|partial_o|partial_lse)) with size (\d+)")
+
+
+@functools.lru_cache(maxsize=1)
+def find_flashinfer() -> tuple[Any, str | None]:
+    """The `flashinfer` module, or None and why it does not import."""
+    try:
+        return importlib.import_module("flashinfer"), None
+    except ModuleNotFoundError as exc:
+        if exc.name == "flashinfer":
+            return None, f"flashinfer-python is not installed ({INSTALL})"
+        return None, f"flashinfer does not import: {exc}"  # one of its dependencies is missing
+    except Exception as exc:  # a broken build, a missing CUDA library, ...
+        return None, f"flashinfer does not import ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+
+
+def library_version(module: Any) -> str:
+    version = getattr(module, "__version__", None)
+    if version:
+        return str(version)
+    try:
+        return importlib_metadata.version("flashinfer-python")
+    except importlib_metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def paged_kv_arrays(kv_lens: torch.Tensor, block_table: torch.Tensor,
+                    page_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FlashInfer's paged-KV arrays (host, int32) for sequences of kv_lens keys in block_table's pages.
+
+    paged_kv_indptr [n + 1]: where each sequence's pages start in paged_kv_indices; paged_kv_indices:
+    the block ids each sequence uses, sequence after sequence; paged_kv_last_page_len [n]: the keys
+    in each last page, 1..page_size, and 0 for a sequence with no keys and no pages (a padding row:
+    FlashInfer reads its length as 0, include/flashinfer/page.cuh get_length).
+    """
+    kv = kv_lens.to("cpu", torch.int32)
+    table = block_table.to("cpu", torch.int32)
+    pages = (kv + page_size - 1) // page_size
+    indptr = torch.zeros(kv.shape[0] + 1, dtype=torch.int32)
+    torch.cumsum(pages, 0, dtype=torch.int32, out=indptr[1:])
+    used = torch.arange(table.shape[1], dtype=torch.int32)[None, :] < pages[:, None]
+    last = torch.where(pages > 0, kv - (pages - 1) * page_size, torch.zeros_like(kv))
+    return indptr, table[used], last.to(torch.int32)
+
+
+def graph_buffers(device: torch.device, num_seqs: int, max_pages: int, prefix: str = "paged_kv_",
+                  suffix: str = "_buffer") -> dict[str, torch.Tensor]:
+    """The fixed device buffers a wrapper in CUDA-graph mode plans into: batch size num_seqs, room
+    for max_pages page ids (the block table's size, an upper bound for any re-plan of its batch)."""
+    int32 = {"dtype": torch.int32, "device": device}
+    return {f"{prefix}indptr{suffix}": torch.zeros(num_seqs + 1, **int32),
+            f"{prefix}indices{suffix}": torch.zeros(max(max_pages, 1), **int32),
+            f"{prefix}last_page_len{suffix}": torch.zeros(num_seqs, **int32)}
+
+
+def float_overflow(exc: BaseException) -> int | None:
+    """Bytes a plan asked of the float workspace when FlashInfer says it is too small, else None."""
+    found = OVERFLOW.search(str(exc))
+    return int(found.group(2)) if found else None
+
+
+class Workspace:
+    """The float workspace of one backend instance: one buffer per device, grown on demand."""
+
+    def __init__(self, nbytes: int = FLOAT_WORKSPACE_BYTES):
+        self.nbytes = nbytes
+        self.buffers: dict[torch.device, torch.Tensor] = {}
+        self.generation: dict[torch.device, int] = {}  # bumped on growth: keys of reusable wrappers
+
+    def get(self, device: torch.device) -> torch.Tensor:
+        if device not in self.buffers:
+            self.buffers[device] = torch.empty(self.nbytes, dtype=torch.uint8, device=device)
+            self.generation.setdefault(device, 0)
+        return self.buffers[device]
+
+    def grow(self, device: torch.device, needed: int) -> None:
+        """Replace the device's buffer by one with room for `needed` more bytes (and some spare)."""
+        size = self.get(device).numel() + needed + needed // 4 + (16 << 20)
+        self.buffers[device] = torch.empty(size, dtype=torch.uint8, device=device)
+        self.generation[device] += 1
+
+
+class WrapperPool:
+    """Idle wrappers of collected plans, by shape key, for the next plan of that shape."""
+
+    def __init__(self, capacity: int = POOL_SIZE):
+        self.capacity = capacity
+        self.idle: OrderedDict[tuple, list] = OrderedDict()
+        self.returned: list[tuple[tuple, Any]] = []  # filled by finalizers: appending is all they do
+
+    def take(self, key: tuple, make: Callable[[], Any]) -> Any:
+        self._settle()
+        stack = self.idle.get(key)
+        if not stack:
+            return make()
+        wrapper = stack.pop()
+        if not stack:
+            del self.idle[key]
+        return wrapper
+
+    def release_with(self, plan: object, leases: list[tuple[tuple, Any]]) -> None:
+        """When `plan` is collected, its wrappers (key, wrapper) become idle."""
+        finalizer = weakref.finalize(plan, self.returned.extend, list(leases))
+        finalizer.atexit = False
+
+    def _settle(self) -> None:
+        while self.returned:
+            key, wrapper = self.returned.pop()
+            self.idle.setdefault(key, []).append(wrapper)
+            self.idle.move_to_end(key)
+        while sum(len(stack) for stack in self.idle.values()) > self.capacity:
+            oldest = next(iter(self.idle))
+            self.idle[oldest].pop(0)
+            if not self.idle[oldest]:
+                del self.idle[oldest]
+
+
+def plan_info_details(wrapper: Any, part: str) -> dict:
+    """What a wrapper's plan chose, read from its plan_info (scheduler.cuh ToVector layouts):
+    DecodePlanInfo has 10 entries (split_kv last), PrefillPlanInfo 15 (cta_tile_q at 3, split_kv
+    last); FA3's PrefillPlanSM90Info (9) has no split-KV. Empty when the layout is not one of these."""
+    try:
+        info = [int(v) for v in getattr(wrapper, "_plan_info", None)]
+    except (TypeError, ValueError):  # no plan_info (None), or not a sequence of ints
+        return {}
+    if len(info) == 10:
+        return {f"fi_{part}_split_kv": bool(info[9])}
+    if len(info) == 15:
+        return {f"fi_{part}_split_kv": bool(info[14]), f"fi_{part}_cta_tile_q": info[3]}
+    return {}
+
+
+@dataclass
+class Part:
+    """One planned FlashInfer wrapper over some of the batch's sequences: a Launch on their tokens
+    (4-D [seqs, query_len, heads, dim] for a decode part, as base.as_batched gives it), what the
+    wrapper chose, its pool lease (key, wrapper), and how to re-plan it in place (graph mode only)."""
+
+    launch: Launch
+    details: dict
+    lease: tuple
+    replan: Callable[[Any], None] | None = None
+
+    def __call__(self, q, k_cache, v_cache, out) -> None:
+        self.launch(q, k_cache, v_cache, out)
+
