@@ -53,6 +53,15 @@ def print_seed_table(console: Console, df) -> None:
     for row in table.itertuples(index=False):
         rich_table.add_row(*(format_cell(col, v) for col, v in zip(table.columns, row)))
     console.print(rich_table)
+    print_run_notes(console, df)
+
+
+def print_run_notes(console: Console, df) -> None:
+    """What the table cannot say: replicates, unconverged rows, the CPU caveat, throttling."""
+    from attnbench.results.notes import run_notes
+
+    for note in run_notes(df):
+        console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
 
 
 def progress(console: Console) -> Progress:

@@ -25,7 +25,7 @@ from attnbench.kernels.backends.vllm_fa2 import VllmFA2Backend, raw_ops_library
 from attnbench.kernels.backends.vllm_fa3 import VllmFA3Backend
 from attnbench.kernels.inputs import make_inputs
 from attnbench.kernels.metadata import build_metadata
-from attnbench.kernels.workload import KINDS, SweepPoint
+from attnbench.kernels.workload import KINDS, STRATEGIES, SweepPoint
 
 HOST_READS = ("item", "tolist", "numpy", "cpu", "__int__", "__float__", "__bool__", "__index__")
 
@@ -249,7 +249,7 @@ def test_capabilities_are_declared_on_every_backend():
     for backend in REGISTRY.values():
         assert isinstance(backend, Backend)
         assert isinstance(backend.graph_safe, bool) and isinstance(backend.oracle, bool)
-        assert set(backend.strategies) <= {"unified", "split"} and backend.strategies
+        assert set(backend.strategies) <= set(STRATEGIES) and backend.strategies
     assert [b.name for b in REGISTRY.values() if b.oracle] == ["reference"]
     assert REGISTRY["vllm-fa2"].graph_safe and REGISTRY["vllm-fa3"].graph_safe
     assert not REGISTRY["reference"].graph_safe

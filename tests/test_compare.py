@@ -243,3 +243,72 @@ def test_real_h200_repeat_is_the_same_and_eager_against_graph_is_slower(cli):
     assert cli("compare", graph, repeat).exit_code == 0
     result = cli("compare", graph, eager, "--ignore", "mode")
     assert result.exit_code == 1 and "prefill N=100 unified" in result.output
+
+
+# ---- replicates (issue 9): an interval that knows between-run noise -----------------------------
+
+def replicated(medians, within: float = 0.002, n: int = 20, seed: int = 0, **key) -> dict:
+    """A row of several replicates: tight samples around each replicate's own median."""
+    rng = np.random.default_rng(seed)
+    samples = np.concatenate([m * (1 + rng.normal(0, within, n)) for m in medians])
+    return {**row(samples, **key), "median_ms": float(np.median(medians)),
+            "replicate_medians_ms": " ".join(f"{m:.6g}" for m in medians)}
+
+
+def a_run(rng, shift: float = 1.0, between: float = 0.01, replicates: int = 3, per_run: float = 0.0) -> list[float]:
+    """One run's replicate medians: each replicate lands ~between apart (a fresh allocation, plan
+    and graph), plus a per_run offset shared by the whole run (what replicates cannot see)."""
+    return list(shift * np.exp(rng.normal(0, per_run) + rng.normal(0, between, replicates)))
+
+
+def test_student_t_quantiles_match_the_tables():
+    from attnbench.results.replicates import t_quantile
+
+    for df, value in [(1, 12.706), (2, 4.303), (4, 2.776), (10, 2.228), (1e6, 1.960)]:
+        assert t_quantile(0.975, df) == pytest.approx(value, abs=1e-3)
+
+
+def test_with_replicates_the_interval_comes_from_them():
+    base, new = replicated([1.0, 1.01, 0.99]), replicated([1.10, 1.11, 1.09], seed=1)
+    result = compare.judge(pd.Series(base), pd.Series(new), 0.02)
+    assert (result["method"], result["verdict"]) == ("replicates", "slower")
+    assert 1.05 < result["ci_low"] < 1.10 < result["ci_high"] < 1.15
+    same = compare.judge(pd.Series(base), pd.Series(replicated([1.0, 1.01, 0.99], seed=2)), 0.02)
+    assert same["method"] == "replicates" and same["verdict"] in ("same", "noisy")
+
+
+def test_a_a_runs_with_between_run_noise_rarely_alarm_and_a_shift_is_found():
+    """Synthetic runs whose replicates differ by ~1 % (as allocations do) while each replicate's
+    samples are tight (0.2 %): the within-run bootstrap calls most A/A pairs changed; the interval
+    from replicates keeps its false alarms near 5 % (95 % intervals, threshold 0) and still finds
+    a 10 % shift at a 2 % threshold."""
+    rng = np.random.default_rng(11)
+    trials, replicate_alarms, bootstrap_alarms, found = 200, 0, 0, 0
+    for i in range(trials):
+        base, new = replicated(a_run(rng), seed=2 * i), replicated(a_run(rng), seed=2 * i + 1)
+        verdict = compare.judge(pd.Series(base), pd.Series(new), 0.0)["verdict"]
+        replicate_alarms += verdict in ("slower", "faster")
+        old_b, old_n = (pd.Series({**r, "replicate_medians_ms": ""}) for r in (base, new))
+        bootstrap_alarms += compare.judge(old_b, old_n, 0.0)["verdict"] in ("slower", "faster")
+        shifted = replicated(a_run(rng, shift=1.10), seed=3 * i)
+        found += compare.judge(pd.Series(base), pd.Series(shifted), 0.02)["verdict"] == "slower"
+    assert replicate_alarms / trials < 0.08
+    assert bootstrap_alarms / trials > 0.5
+    assert found / trials > 0.9
+
+
+def test_the_threshold_absorbs_what_replicates_cannot_see():
+    """An offset shared by a whole run (0.5 %) is invisible to its replicates: at threshold 0 the
+    intervals alarm often, at 2 % no row is called slower."""
+    rng = np.random.default_rng(5)
+    pairs = [(replicated(a_run(rng, per_run=0.005, between=0.002)), replicated(a_run(rng, per_run=0.005, between=0.002)))
+             for _ in range(100)]
+    verdicts = {t: [compare.judge(pd.Series(b), pd.Series(n), t)["verdict"] for b, n in pairs] for t in (0.0, 0.02)}
+    assert verdicts[0.0].count("slower") + verdicts[0.0].count("faster") > 10
+    assert verdicts[0.02].count("slower") == verdicts[0.02].count("faster") == 0
+
+
+def test_one_replicate_on_either_side_falls_back_to_the_samples():
+    base, new = replicated([1.0, 1.01, 0.99]), replicated([1.005], n=30)
+    result = compare.judge(pd.Series(base), pd.Series(new), 0.05)
+    assert result["method"] == "bootstrap"

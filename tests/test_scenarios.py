@@ -150,6 +150,7 @@ def test_every_kernel_flag_is_a_key_and_reaches_kernel_args(tmp_path):
         out = "somewhere"
         resume = "earlier"
         point_timeout = 30
+        replicates = 4
         json = true
     """
     flags = scenario.command_flags("kernel")
@@ -168,6 +169,7 @@ def test_every_kernel_flag_is_a_key_and_reaches_kernel_args(tmp_path):
         64, False, True, 7.0, 0.02, 3)
     assert (args.device, args.out, args.resume, args.json_rows) == ("cpu", Path("somewhere"), Path("earlier"), True)
     assert args.point_timeout == 30.0
+    assert args.replicates == 4
 
 
 def test_cli_flags_override_the_file(tmp_path):

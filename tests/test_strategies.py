@@ -128,3 +128,18 @@ def test_fused_over_a_decode_only_batch_runs_the_decode_kernel_as_split_does():
     assert (plan.strategy, len(plan.launches), plan.refresh) == ("fused", len(split.launches), None)
     out = plan.run(inputs.q, inputs.k_cache, inputs.v_cache, torch.full_like(inputs.q, float("nan")))
     assert torch.isfinite(out).all()
+
+
+def test_what_a_library_chose_reaches_results_csv_in_the_details_cell(tmp_path):
+    writer = files.RowWriter(tmp_path)
+    writer.write({"kind": "mixed", "strategy": "split", "verdict": "pass", "fi_prefill_backend": "fa3", "_window": 3,
+                  "fi_decode_tensor_cores": True})
+    writer.close()
+    df = files.load_results(tmp_path)
+    assert df["details"].iloc[0] == "fi_decode_tensor_cores=True fi_prefill_backend=fa3"
+
+
+def test_an_opt_in_backend_runs_only_when_named():
+    gpu = torch.device("cuda")
+    assert "flex" not in registry.resolve_backends(None, gpu)
+    assert registry.resolve_backends(["flex"], gpu) == ["flex"]

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from attnbench.cli.common import command_line, user_errors
@@ -34,7 +35,8 @@ def kernel(
     prefill_len: Annotated[int, typer.Option(help="prefill/prefix: max query tokens per sequence. Example: --prefill-len 512")] = 512,
     causal: Annotated[bool, typer.Option(help="Causal mask (bottom-right aligned). Example: --no-causal")] = True,
     cold_l2: Annotated[bool, typer.Option(help="Flush L2 before every sample. Example: --cold-l2")] = False,
-    budget_ms: Annotated[Optional[float], typer.Option(help="Sampling time budget per row, ms (default 1000 on GPU, 200 on CPU). Example: --budget-ms 500")] = None,
+    budget_ms: Annotated[Optional[float], typer.Option(help="Sampling time budget per row and replicate, ms (default 1000 on GPU, 200 on CPU). Example: --budget-ms 500")] = None,
+    replicates: Annotated[Optional[int], typer.Option(help="Measure every row this many times, each on freshly allocated inputs with a new plan and new graphs, interleaved; median_ms is the median of replicate medians and compare's interval comes from them, so it includes between-run noise (default 3 on a GPU, 1 on the CPU). Example: --replicates 5")] = None,
     rel_spread: Annotated[float, typer.Option(help="Stop sampling once IQR / median is below this. Example: --rel-spread 0.005")] = 0.01,
     seed: Annotated[int, typer.Option(help="Seed for lengths, block tables and inputs. Example: --seed 1")] = 0,
     device: Annotated[str, typer.Option(help="auto, cuda, cuda:N or cpu. Example: --device cpu")] = "auto",
@@ -63,9 +65,11 @@ def backends() -> None:
     Example: attnbench backends
     """
     console = make_console()
-    table = Table("backend", "status", "library", "what it runs")
+    table = Table("backend", "status", "library", "strategies", "graph", "what it runs")
     for name, b in REGISTRY.items():
         reason = b.unavailable_reason()
         lib = "/".join(b.library()) if reason is None else ""
-        table.add_row(name, "[green]available[/]" if reason is None else f"[red]unavailable[/]: {reason}", lib, b.description)
+        status = "[green]available[/]" + (" (opt-in: name it with --backend)" if b.opt_in else "")
+        table.add_row(name, status if reason is None else f"[red]unavailable[/]: {escape(reason)}",
+                      lib, ",".join(b.strategies), "yes" if b.graph_safe else "no", escape(b.description))
     console.print(table)

@@ -40,8 +40,10 @@ def compare(
     or a row that passed the accuracy check in BASE fails it (or errors) in NEW.
 
     Rows match on their configuration key. Per row: the ratio new / base of the median, an interval
-    for it from the stored samples, and a verdict: slower, faster, same or noisy. e2e runs compare
-    their p50 request latency (median only: they store no samples).
+    for it (Welch's t over replicate medians; a bootstrap over one run's samples for runs without
+    replicates), and a verdict: slower, faster, same or noisy. e2e runs compare their p50 request
+    latency (median only: they store no samples). Find the threshold for your runner with
+    `attnbench calibrate`.
 
     Example: attnbench compare results/main results/pr --threshold 5% --markdown compare.md
     """
@@ -71,7 +73,7 @@ def print_comparison(console: Console, result, env_diff) -> None:
             env_table.add_row(escape(key), escape(str(b)), escape(str(n)))
         console.print(env_table)
     table = Table("row", f"base {result.unit}", f"new {result.unit}", "new / base", "interval", "verdict")
-    marks = {"bootstrap": "", "p10-p90": "*", "median only": "**"}
+    marks = {"replicates": "", "bootstrap": "°", "p10-p90": "*", "median only": "**"}
     for r in result.rows.itertuples(index=False):
         check = "" if r.check == "pass" else f" (new: check {escape(str(r.check))})"
         table.add_row(escape(r.label), f"{r.base_time:.4f}", f"{r.new_time:.4f}", f"{r.ratio:.3f}",
@@ -79,10 +81,11 @@ def print_comparison(console: Console, result, env_diff) -> None:
                       f"[{VERDICT_STYLE[r.verdict]}]{r.verdict}[/]{check}")
     console.print(table)
     used = set(result.rows["method"])
-    if used - {"bootstrap"}:
-        console.print("interval: bootstrap over the samples; * p10..p90 spread (too few samples); "
-                      "** median only (no spread stored)", highlight=False)
-    for line in result.unmatched():
+    if used - {"replicates"}:
+        console.print("interval: Welch's t over replicate medians; ° bootstrap over one run's samples (no "
+                      "replicates); * p10..p90 spread (too few samples); ** median only (no spread stored)",
+                      highlight=False)
+    for line in [*result.notes(), *result.unmatched()]:
         console.print(f"[yellow]{escape(line)}[/]", soft_wrap=True, highlight=False)
     style = "bold red" if result.regressed else "green"
     console.print(f"[{style}]{cmp.summary_line(result)}[/]")

@@ -23,12 +23,13 @@ from attnbench.cli.flags import kernel_args
 from attnbench.cli.scenario import Scenario, command_callback, context_dir, load_scenario
 from attnbench.console import default_out_dir, make_console
 from attnbench.device import device_name
+from attnbench.errors import Interrupted, UsageError
 from attnbench.kernels.job import run_kernel
 from attnbench.kernels.plan import KernelArgs, plan_sweep
 from attnbench.kernels.sweep import SweepPlan
-from attnbench.errors import Interrupted, UsageError
 from attnbench.results import files, rundir
 from attnbench.results.export import plot_results, to_csv, to_markdown
+from attnbench.results.notes import summary_notes
 
 
 def run(
@@ -140,7 +141,12 @@ def merge_runs(parts: list[Path], out: Path, console: Console) -> None:
     rundir.write_text_atomic(out / "results.csv", to_csv(df))
     files.write_parquet(df, out)
     rundir.write_text_atomic(out / "env.json", (parts[0] / "env.json").read_text())
-    rundir.write_text_atomic(out / "summary.md", "# attnbench kernel summary\n\n" + to_markdown(df))
+    rundir.write_text_atomic(out / "summary.md", "# attnbench kernel summary\n\n" + to_markdown(df) + "\n"
+                             + "\n".join(summary_notes(df)))
+    telemetry = [p / "telemetry.csv" for p in parts if (p / "telemetry.csv").is_file()]
+    if telemetry:  # one header, then every sweep's samples
+        texts = [t.read_text().splitlines(keepends=True) for t in telemetry]
+        rundir.write_text_atomic(out / "telemetry.csv", "".join([texts[0][0], *(line for t in texts for line in t[1:])]))
     plots = plot_results([("", df)], out)
     console.print(f"merged {len(df)} rows of {len(parts)} sweeps: {out}/results.csv, summary.md, env.json, "
                   f"{len(plots)} plot(s)")

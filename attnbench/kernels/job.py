@@ -26,6 +26,7 @@ from attnbench.results import files, rundir
 from attnbench.results.env import collect
 from attnbench.results.plots import plot_runs
 from attnbench.results.profiling import write_report
+from attnbench.results.telemetry import gpu_telemetry
 from attnbench.workers.isolated import run_sweep_isolated
 
 POINT_KEY = files.POINT_COLUMNS[:14]  # the SweepPoint fields, as results.csv spells them
@@ -91,7 +92,7 @@ def sweep_into(writer: files.RowWriter, plan: SweepPlan, gpu_name: str | None, c
     pending: list[dict] = []
 
     def on_row(row: dict) -> None:
-        pending.append(row)
+        pending.append(telemetry.annotate(row))  # the GPU's clocks while the row was timed
         if json_rows:
             emit_json(row)
 
@@ -105,7 +106,7 @@ def sweep_into(writer: files.RowWriter, plan: SweepPlan, gpu_name: str | None, c
                                                     f"{point.num_heads}x{point.head_dim}")
 
         try:
-            with signals_raise():
+            with signals_raise(), gpu_telemetry(plan.device, writer.path.parent) as telemetry:
                 if plan.isolate:
                     run_sweep_isolated(plan, gpu_name, on_row, on_point_done, plan.point_timeout_s)
                 else:

@@ -31,6 +31,11 @@ from attnbench.kernels.workload import DEFAULT_STRATEGIES, KINDS, STRATEGIES, Sw
 GPU_DEFAULTS = {"tokens": [100, 500, 1000], "context": "1024"}
 CPU_DEFAULTS = {"tokens": [10, 50, 100], "context": "256"}
 MAX_BUDGET_MS = 3_600_000.0  # an hour of sampling per row
+# Replicates per row (fresh inputs, plan and graph each; kernels/sweep.py). A GPU needs 3 for
+# compare to see between-run noise. The CPU run is a pipeline demo (the reference backend, not a
+# kernel comparison): one replicate keeps the README's CPU run near 20 s; --replicates 3 triples it.
+DEFAULT_REPLICATES = {"cuda": 3, "cpu": 1}
+MAX_REPLICATES = 100
 GiB = 2**30
 
 
@@ -63,6 +68,7 @@ class KernelArgs:
     resume: Path | None = None  # --resume DIR: measure only the points DIR lacks
     isolate: bool = False  # --isolate: each point in a worker process with a watchdog
     point_timeout: float | None = None  # --point-timeout S (default: 600 on a GPU, 120 on the CPU)
+    replicates: int | None = None  # --replicates N (default: DEFAULT_REPLICATES for the device)
 
 
 def resolve_modes(requested: list[str] | None, device: torch.device) -> list[str]:
@@ -189,6 +195,9 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
     point_timeout = args.point_timeout if args.point_timeout is not None else (120.0 if on_cpu else 600.0)
     if not (isinstance(point_timeout, (int, float)) and 0 < point_timeout <= 86400):
         raise UsageError(f"--point-timeout: must be a number of seconds above 0 and at most 86400, got {point_timeout}")
+    replicates = args.replicates if args.replicates is not None else DEFAULT_REPLICATES.get(device.type, 1)
+    if isinstance(replicates, bool) or not isinstance(replicates, int) or not 1 <= replicates <= MAX_REPLICATES:
+        raise UsageError(f"--replicates: must be a whole number from 1 to {MAX_REPLICATES}, got {replicates}")
     if machine and EXTRA_BACKEND_ERRORS:
         raise UsageError(EXTRA_BACKEND_ERRORS[0])
     points = build_points(replace(args, tokens=tokens, context=context))
@@ -199,7 +208,8 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
         for name in args.backends or []:
             get_backend(name)  # a known name; whether it can run here is not asked
         return SweepPlan(tuple(points), tuple(args.backends or ()), tuple(args.strategies), tuple(modes),
-                         TimingConfig(budget_ms=budget, rel_spread=args.rel_spread), str(device))
+                         TimingConfig(budget_ms=budget, rel_spread=args.rel_spread), str(device),
+                         replicates=replicates)
     backends = resolve_backends(args.backends, device)
     for s in args.strategies:  # a strategy no backend of the run has would only make skipped rows
         if not any(s in REGISTRY[b].strategies for b in backends):
@@ -227,7 +237,8 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
     timing = TimingConfig(cold_l2=args.cold_l2 and not on_cpu, budget_ms=budget, rel_spread=args.rel_spread,
                           warmup_ms=0.0 if on_cpu else 25.0, min_samples=3 if on_cpu else 10)
     return SweepPlan(tuple(points), tuple(backends), tuple(args.strategies), tuple(modes), timing, str(device),
-                     notices=tuple(notices), isolate=args.isolate, point_timeout_s=float(point_timeout))
+                     notices=tuple(notices), isolate=args.isolate, point_timeout_s=float(point_timeout),
+                     replicates=replicates)
 
 
 def check_measured(verdicts: dict[str, int], out_dir: Path) -> None:

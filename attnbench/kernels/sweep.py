@@ -4,11 +4,21 @@ The loop measures and nothing else: each finished (point, backend, strategy, mod
 plain dict row handed to `on_row`, and `on_point_done` marks a point complete, so a run stopped
 midway keeps every point it finished; a failure in one row becomes an error row while the sweep
 goes on.
+
+Replicates (`SweepPlan.replicates`): a point is measured R times over. Each replicate allocates
+the inputs afresh (while the last replicate's are still held, when there is room, so they land
+elsewhere in device memory), re-plans every strategy and re-captures its graphs, then checks and
+times every backend x mode with the strategies interleaved; replicate r of every row runs before
+replicate r + 1 of any. So the spread of a row's replicate medians holds what differs between
+runs (placement, plan, graph, GPU state), which one timing loop's samples cannot show. Every
+replicate's output is checked; a row fails if any replicate's does.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import statistics
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -20,14 +30,17 @@ from attnbench.kernels.backends.base import Backend, Plan
 from attnbench.kernels.backends.reference import reference_attention
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.check import check_output
-from attnbench.kernels.inputs import Inputs, make_inputs
+from attnbench.kernels.inputs import Inputs, input_bytes, make_inputs
 from attnbench.kernels.metadata import build_metadata, measure_host_us
 from attnbench.kernels.timing import (
+    Replicated,
     TimedKernel,
+    Timing,
     TimingConfig,
     estimate_call_ms,
     host_median_us,
     make_timed_kernel,
+    threads_for,
     time_kernels,
 )
 from attnbench.kernels.workload import Batch, SweepPoint, build_batch
@@ -46,6 +59,7 @@ class SweepPlan:
     notices: tuple[str, ...] = ()  # what the user should know before it runs (defaults chosen for them)
     isolate: bool = False  # run each point in a worker process (attnbench.workers.isolated)
     point_timeout_s: float = 600.0  # the worker's watchdog: longest silence before a point is a timeout
+    replicates: int = 1  # each row measured this many times, on fresh inputs, plan and graph
 
 
 OOM_MARKERS = ("OutOfMemoryError", "out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
@@ -80,8 +94,49 @@ class Prepared:
     row: dict
 
 
+@dataclass
+class Slot:
+    """One (backend, strategy, mode) row, filled replicate by replicate."""
+
+    row: dict
+    timings: list[Timing] = field(default_factory=list)
+    checks: list[dict] = field(default_factory=list)
+    final: dict | None = None  # a skip or error row: nothing more is measured for it
+    window: list[float] = field(default_factory=list)  # wall-clock start and end of its timing
+
+    def result(self, point: SweepPoint, batch: Batch, gpu_name: str | None) -> dict:
+        if self.final is not None:
+            return self.final
+        rep = Replicated(self.timings)
+        return {
+            **self.row, **worst_check(self.checks),
+            "median_ms": rep.median_ms, "p10_ms": rep.quantile(0.10), "p90_ms": rep.quantile(0.90),
+            "samples": len(rep.samples_ms), "converged": rep.converged,
+            "calls_per_sample": round(statistics.median(t.calls_per_sample for t in self.timings)),
+            # per-replicate cells only when there are several: one replicate's median is median_ms
+            "replicates": len(self.timings), "replicate_medians_ms": _cell(rep.medians_ms, "{:.6g}"),
+            "replicate_samples": _cell([t.n for t in self.timings], "{}"),
+            "samples_ms": " ".join(f"{s:.6g}" for s in rep.samples_ms), "_window": (self.window[0], self.window[1]),
+            **roofline.rates(point, batch, rep.median_ms, gpu_name),
+        }
+
+
+def _cell(values: list, fmt: str) -> str:
+    return " ".join(fmt.format(v) for v in values) if len(values) > 1 else ""
+
+
+def worst_check(checks: list[dict]) -> dict:
+    """The check of a row over its replicates: a failing replicate fails it (NaN never passes)."""
+    failed = [i for i, c in enumerate(checks) if c["verdict"] != "pass"]
+    if not failed:
+        return max(checks, key=lambda c: c["rel_l2_error"])
+    first = checks[failed[0]]
+    where = f"replicate {failed[0] + 1} of {len(checks)}: " if len(checks) > 1 else ""
+    return {**first, "reason": where + first["reason"]}
+
+
 class PointRunner:
-    """Everything measured for one point, sharing its inputs and reference output."""
+    """Everything measured for one point, over its replicates, sharing its reference output."""
 
     def __init__(self, plan: SweepPlan, point: SweepPoint, gpu_name: str | None):
         self.plan, self.point, self.gpu_name = plan, point, gpu_name
@@ -90,34 +145,74 @@ class PointRunner:
         self.base = {**point_fields(point, self.batch), "device": self.device.type, "gpu": gpu_name or "cpu"}
 
     def rows(self) -> Iterable[dict]:
-        inputs = make_inputs(self.point, self.device)
-        unified = build_metadata("unified", inputs.batch, inputs.block_table).to(self.device)
-        reference = reference_attention(
-            inputs.q, inputs.k_cache, inputs.v_cache, list(inputs.batch.query_lens),
-            list(inputs.batch.kv_lens), unified.block_table, self.point.causal, self.point.softmax_scale)
-        for backend_name in self.plan.backends:
-            backend = get_backend(backend_name)
-            package, version = backend.library()
-            prepared: dict[str, Prepared] = {}
-            for strategy in self.plan.strategies:
-                common = {**self.base, "backend": backend_name, "library": package,
-                          "library_version": version, "strategy": strategy}
-                reason = backend.supports(self.point, strategy, self.device)
-                if reason:
-                    yield from (self._skip(common, mode, reason) for mode in self.plan.modes)
-                    continue
-                try:
-                    prepared[strategy] = self._prepare(backend, strategy, inputs, common)
-                except Exception as exc:
-                    yield from (self._error(common, mode, exc) for mode in self.plan.modes)
-            for mode in self.plan.modes:
-                yield from self._measure_mode(backend, mode, prepared, reference)
+        """The point's rows; a backend's rows come as soon as its last replicate is measured."""
+        with threads_for(self.device):
+            backends = [get_backend(name) for name in self.plan.backends]
+            slots = self._slots(backends)
+            inputs, reference = None, None
+            for r in range(self.plan.replicates):
+                if inputs is not None and not self._room_for_two():
+                    inputs = None  # free the last replicate's inputs first
+                    if self.device.type == "cuda":
+                        torch.cuda.empty_cache()
+                inputs = make_inputs(self.point, self.device)  # the last one's still held: placed elsewhere
+                if reference is None:
+                    reference = reference_attention(
+                        inputs.q, inputs.k_cache, inputs.v_cache, list(inputs.batch.query_lens),
+                        list(inputs.batch.kv_lens), inputs.block_table, self.point.causal, self.point.softmax_scale)
+                last = r == self.plan.replicates - 1
+                for backend in backends:
+                    self._replicate(backend, inputs, reference, slots, last)
+                    if last:
+                        yield from (slot.result(self.point, self.batch, self.gpu_name)
+                                    for (name, _, _), slot in slots.items() if name == backend.name)
 
-    def _prepare(self, backend: Backend, strategy: str, inputs: Inputs, common: dict) -> Prepared:
+    def _slots(self, backends: list[Backend]) -> dict[tuple[str, str, str], Slot]:
+        """Every row of the point in output order, skip rows decided up front."""
+        slots = {}
+        l2 = "cold" if self.plan.timing.cold_l2 else "warm"
+        for backend in backends:
+            package, version = backend.library()
+            for mode in self.plan.modes:
+                for strategy in self.plan.strategies:
+                    row = {**self.base, "backend": backend.name, "library": package, "library_version": version,
+                           "strategy": strategy, "mode": mode, "l2": l2}
+                    slot = slots[(backend.name, strategy, mode)] = Slot(row)
+                    reason = backend.supports(self.point, strategy, self.device)
+                    if not reason and mode == "graph" and not backend.graph_safe:
+                        reason = f"{backend.name} cannot be captured in a CUDA graph"
+                    if reason:
+                        slot.final = self._skip(row, mode, reason)
+        return slots
+
+    def _room_for_two(self) -> bool:
+        """Whether a second copy of the inputs fits in free GPU memory (host placement is not what varies)."""
+        return self.device.type == "cuda" and \
+            torch.cuda.mem_get_info(self.device)[0] > 1.2 * input_bytes(self.point, self.batch)
+
+    def _replicate(self, backend: Backend, inputs: Inputs, reference, slots: dict, last: bool) -> None:
+        """One replicate of one backend: plan every live strategy afresh, then check and time each mode."""
+        prepared: dict[str, Prepared] = {}
+        for strategy in self.plan.strategies:
+            live = [slots[(backend.name, strategy, m)] for m in self.plan.modes]
+            live = [slot for slot in live if slot.final is None]
+            if not live:
+                continue
+            try:
+                prepared[strategy] = self._prepare(backend, strategy, inputs, host_costs=not live[0].timings)
+            except Exception as exc:
+                for slot in live:
+                    slot.final = self._error(slot.row, slot.row["mode"], exc)
+        for mode in self.plan.modes:
+            self._measure_mode(backend, mode, prepared, reference, slots, last)
+
+    def _prepare(self, backend: Backend, strategy: str, inputs: Inputs, host_costs: bool) -> Prepared:
         metadata = build_metadata(strategy, inputs.batch, inputs.block_table).to(self.device)
-        host_us = measure_host_us(strategy, inputs.batch, inputs.block_table, self.device)
         plan: Plan = backend.plan(strategy, self.point, metadata)
-        plan_us = measure_plan_us(backend, strategy, self.point, metadata)
+        row = {"kernel_launches": len(plan.launches), **plan.details}
+        if host_costs:  # host costs are measured once, in the first replicate
+            row["host_metadata_us"] = measure_host_us(strategy, inputs.batch, inputs.block_table, self.device)
+            row["host_plan_us"] = measure_plan_us(backend, strategy, self.point, metadata)
         out = torch.empty_like(inputs.q)
         q, k_cache, v_cache = inputs.q, inputs.k_cache, inputs.v_cache
 
@@ -125,49 +220,43 @@ class PointRunner:
             return plan.run(q, k_cache, v_cache, out)
 
         est_ms = estimate_call_ms(fn, self.device)  # the first call (maybe a JIT compile) is never timed
-        row = {**common, "host_metadata_us": host_us, "host_plan_us": plan_us,
-               "kernel_launches": len(plan.launches), **plan.details}
         return Prepared(fn, out, est_ms, row)
 
-    def _measure_mode(self, backend: Backend, mode: str, prepared: dict[str, Prepared], reference) -> Iterable[dict]:
-        """Check each strategy once, then time all of them interleaved (one run, one ratio)."""
+    def _measure_mode(self, backend: Backend, mode: str, prepared: dict[str, Prepared], reference, slots: dict,
+                      last: bool) -> None:
+        """Check each strategy, then time all of them interleaved (one run, one ratio)."""
         cfg = replace(self.plan.timing, mode=mode)
-        l2 = "cold" if cfg.cold_l2 else "warm"
-        checked: list[tuple[dict, TimedKernel]] = []
+        checked: list[tuple[Slot, TimedKernel]] = []
         for strategy, prep in prepared.items():
-            row = {**prep.row, "mode": mode, "l2": l2}
-            if mode == "graph" and not backend.graph_safe:
-                yield self._skip(row, mode, f"{backend.name} cannot be captured in a CUDA graph")
+            slot = slots[(backend.name, strategy, mode)]
+            if slot.final is not None:
                 continue
+            slot.row.update(prep.row)
             try:
                 runner = make_timed_kernel(prep.fn, mode, self.device, cfg, prep.est_ms)
                 prep.out.fill_(float("nan"))  # poison: a row passes only if every element was written
                 with nvtx_range(f"check {backend.name} {strategy} {mode}"):
                     runner()
-                checked.append(({**row, **check_output(prep.out, reference, self.point.dtype)}, runner))
+                slot.checks.append(check_output(prep.out, reference, self.point.dtype))
+                checked.append((slot, runner))
             except Exception as exc:
-                yield self._error(row, mode, exc)
+                slot.final = self._error(slot.row, mode, exc)
         if not checked:
             return
-        try:
-            # strategies are timed interleaved, so one range holds them all
-            with nvtx_range(f"time {backend.name} {mode}: {','.join(row['strategy'] for row, _ in checked)}"):
+        start = time.time()
+        try:  # strategies are timed interleaved, so one range holds them all
+            with nvtx_range(f"time {backend.name} {mode}: {','.join(slot.row['strategy'] for slot, _ in checked)}"):
                 timings = time_kernels([runner for _, runner in checked], cfg)
         except Exception as exc:
-            yield from (self._error(row, mode, exc) for row, _ in checked)
+            for slot, _ in checked:
+                slot.final = self._error(slot.row, mode, exc)
             return
-        for (row, _), timing in zip(checked, timings):
-            yield {
-                **row,
-                "median_ms": timing.median_ms, "p10_ms": timing.p10_ms, "p90_ms": timing.p90_ms,
-                "samples": timing.n, "calls_per_sample": timing.calls_per_sample,
-                "converged": timing.converged,
-                "samples_ms": " ".join(f"{s:.6g}" for s in timing.samples_ms),
-                **roofline.rates(self.point, self.batch, timing.median_ms, self.gpu_name),
-            }
-        if self.plan.profile_out is not None:
-            for row, runner in checked:
-                self._profile(runner, row)
+        for (slot, _), timing in zip(checked, timings):
+            slot.timings.append(timing)
+            slot.window = [slot.window[0] if slot.window else start, time.time()]
+        if last and self.plan.profile_out is not None:
+            for slot, runner in checked:
+                self._profile(runner, slot.row)
 
     def _profile(self, runner: TimedKernel, row: dict) -> None:
         """After timing: one torch.profiler window over a few more calls of the timed runner."""

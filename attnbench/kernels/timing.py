@@ -15,15 +15,21 @@ Several runners (a point's strategies) are timed in alternating rounds of sample
 clocks or power hits them alike and their ratio is measured in one run. Stopping rule: after at
 least `min_samples`, stop once every runner's interquartile range is within `rel_spread` of its
 median, or when `budget_ms` per runner has passed, or at `max_samples`.
+
+A row is timed in several replicates (fresh inputs, plan and graph: kernels/sweep.py), each a
+Timing; `Replicated` joins them. A CPU sweep runs on one intra-op thread unless OMP_NUM_THREADS
+says otherwise: on 2 busy cores two threads made the README's CPU run 5x slower (issue 9).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -66,6 +72,51 @@ class Timing:
     @property
     def p90_ms(self) -> float:
         return self.quantile(0.90)
+
+
+@dataclass
+class Replicated:
+    """One row's timings over its replicates, in the order they ran."""
+
+    timings: list[Timing]
+
+    @property
+    def medians_ms(self) -> list[float]:
+        return [t.median_ms for t in self.timings]
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.medians_ms)
+
+    @property
+    def samples_ms(self) -> list[float]:
+        return [s for t in self.timings for s in t.samples_ms]
+
+    def quantile(self, q: float) -> float:
+        """Over all samples, widened to hold the median of medians (few samples can put it outside)."""
+        value = _quantile(sorted(self.samples_ms), q)
+        return min(value, self.median_ms) if q < 0.5 else max(value, self.median_ms)
+
+    @property
+    def converged(self) -> bool:
+        return all(t.converged for t in self.timings)
+
+
+def cpu_threads() -> int:
+    """Intra-op threads of a CPU sweep: OMP_NUM_THREADS when set, else one."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return max(1, int(value)) if value.isdigit() else 1
+
+
+@contextmanager
+def threads_for(device: torch.device) -> Iterator[None]:
+    """On the CPU, run on cpu_threads() intra-op threads, and put the count back after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(cpu_threads() if device.type == "cpu" else before)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _quantile(sorted_values: list[float], q: float) -> float:

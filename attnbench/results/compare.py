@@ -1,17 +1,16 @@
 """Is NEW slower than BASE? Row by row, with the noise of each row taken into account.
 
 A bare threshold on the ratio of medians flags noise as regressions and hides real ones in noisy
-rows. Each row here gets an interval for median(new) / median(base): a percentile bootstrap over
-the stored per-sample times (`samples_ms`), or, for rows with too few samples, the conservative
-p10..p90 spread. The threshold is the smallest effect that counts:
+rows. Each row gets an interval for its ratio new / base; the threshold is the smallest effect
+that counts. slower: the interval lies above 1 and the ratio above 1 + threshold; faster: below 1
+and below 1 / (1 + threshold); same: the interval lies within [1 / (1 + threshold), 1 + threshold];
+noisy: none of these, the runs cannot tell a change of that size from noise.
 
-- slower: the interval lies above 1 and the ratio is above 1 + threshold
-- faster: the interval lies below 1 and the ratio is below 1 / (1 + threshold)
-- same:   the whole interval lies within [1 / (1 + threshold), 1 + threshold]
-- noisy:  none of these; the samples cannot tell a change of that size from noise
-
-The samples of one run show within-run noise only. Run-to-run drift (clocks, another process on
-the GPU) is what the threshold is for, so keep it above what two repeats of one run show.
+The interval (`method`): `replicates` when both rows hold >= 2 replicate medians: Welch's t on
+their logs (results/replicates.py says why not a bootstrap); replicates re-allocate, re-plan and
+re-capture, so it includes what differs between runs. Else (older runs, --replicates 1) the
+earlier `bootstrap` over one run's samples, which knows within-run noise only (a note says so);
+`p10-p90` with fewer than 5 samples; `median only` without any spread (e2e rows).
 """
 
 from __future__ import annotations
@@ -27,9 +26,9 @@ import pandas as pd
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.results.files import results_file
 from attnbench.results.read import KERNEL, MEASURED, ResultKind, canonical
+from attnbench.results.replicates import CONFIDENCE, MIN_REPLICATES, parse_times, welch_log_ratio
 
 VERDICTS = ("slower", "faster", "noisy", "same")
-CONFIDENCE = 0.95
 RESAMPLES = 1000
 MIN_SAMPLES = 5  # below this a bootstrap median takes a handful of values: use the p10..p90 spread
 
@@ -48,9 +47,7 @@ def parse_threshold(text: str) -> float:
 
 def parse_samples(cell) -> np.ndarray:
     """A samples_ms cell (read.py has checked it) -> its times; none when it is empty."""
-    if not isinstance(cell, str) or not cell.strip():
-        return np.empty(0)
-    return np.array([float(x) for x in cell.split()])
+    return np.array(parse_times(cell) if isinstance(cell, str) else [], dtype=float)
 
 
 def ratio_interval(base: np.ndarray, new: np.ndarray, seed: int = 0) -> tuple[float, float]:
@@ -75,11 +72,14 @@ def classify(ratio: float, low: float, high: float, threshold: float) -> str:
 
 
 def judge(base: pd.Series, new: pd.Series, threshold: float, measure: str = "median_ms") -> dict:
-    """One matched row pair -> ratio, interval, how the interval was made, verdict. Rows without
-    samples or a p10..p90 spread (e2e rows store neither) get the median-only verdict."""
+    """One matched row pair -> ratio, interval, how the interval was made (the docstring's method), verdict."""
     ratio = new[measure] / base[measure]
+    base_reps, new_reps = parse_times(base.get("replicate_medians_ms")), parse_times(new.get("replicate_medians_ms"))
     base_samples, new_samples = parse_samples(base.get("samples_ms")), parse_samples(new.get("samples_ms"))
-    if min(len(base_samples), len(new_samples)) >= MIN_SAMPLES:
+    if min(len(base_reps), len(new_reps)) >= MIN_REPLICATES:
+        low, high = welch_log_ratio(base_reps, new_reps)
+        method = "replicates"
+    elif min(len(base_samples), len(new_samples)) >= MIN_SAMPLES:
         low, high = ratio_interval(base_samples, new_samples)
         method = "bootstrap"
     elif pd.notna(base.get("p10_ms")) and pd.notna(new.get("p90_ms")):
@@ -145,6 +145,15 @@ class Comparison:
         timed = self.rows[(self.rows["base_check"] == "pass") & (self.rows["check"] != "pass")]
         untimed = self.untimed[(self.untimed["base"] == "pass") & self.untimed["new"].isin(BROKEN)]
         return self.labels(timed) + self.labels(untimed)
+
+    def notes(self) -> list[str]:
+        """What the intervals could not see: rows judged without replicates in both runs."""
+        fallback = self.rows[self.rows["method"] != "replicates"]
+        if fallback.empty or self.unit != "ms":
+            return []
+        return [f"{len(fallback)} of {len(self.rows)} row(s) lack replicates in one run or both (an older run, or "
+                "--replicates 1): their interval knows one run's sampling noise only, so drift between runs can "
+                "read as a change; run both with --replicates 3"]
 
     @property
     def regressed(self) -> bool:
@@ -287,5 +296,5 @@ def markdown(c: Comparison, env_diff: list[tuple[str, object, object]]) -> str:
     if not same.empty:  # folded: a PR comment should open on what changed
         lines += ["", f"<details><summary>{len(same)} rows the same within {c.threshold:.1%}</summary>", "",
                   *_markdown_rows(same, c.unit), "", "</details>"]
-    lines += [f"\n{line}" for line in c.unmatched()]
+    lines += [f"\n{line}" for line in [*c.notes(), *c.unmatched()]]
     return "\n".join(lines) + "\n"

@@ -1,9 +1,16 @@
-"""What machine and software produced a result: written to env.json beside every run."""
+"""What machine and software produced a result: written to env.json beside every run.
+
+Besides versions it records what makes timings move between runs: on a GPU the clock policy
+(persistence mode, application clocks against their defaults, the clock event reasons active at
+the start: a user's locked clocks show as `applications_clocks_setting`); on the CPU the threads
+a sweep uses and the load average when it started. attnbench never changes clocks itself.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import importlib.util
+import os
 import platform
 import shlex
 import subprocess
@@ -15,6 +22,7 @@ import torch
 
 import attnbench
 from attnbench.kernels.backends.registry import REGISTRY
+from attnbench.kernels.timing import cpu_threads
 
 
 def _dist_version(name: str) -> str | None:
@@ -94,10 +102,28 @@ def collect(command: list[str] | None = None) -> dict:
             "driver": _nvidia_smi("driver_version"),
             "clocks_mhz_sm_mem_max_sm": _nvidia_smi("clocks.sm,clocks.mem,clocks.max.sm"),
             "power_limit_w": _nvidia_smi("power.limit"),
+            "clock_policy": clock_policy(),
         }
         env["fa_module_archs"] = fa_module_archs()
     else:
         env["gpu"] = None
         env["cpu"] = platform.processor() or platform.machine()
-        env["cpu_threads"] = torch.get_num_threads()
+        env["cpu_threads"] = cpu_threads()  # what the sweep sets (kernels/timing.py), not torch's default
+        env["cpu_count"] = os.cpu_count()
+        env["cpu_load_1_5_15"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     return env
+
+
+def clock_policy() -> dict | None:
+    """Persistence mode and whether clocks are pinned (application clocks set away from their
+    defaults, or the applications-clocks event reason active: what `nvidia-smi -lgc` shows as)."""
+    fields = ["persistence_mode", "clocks.applications.graphics", "clocks.default_applications.graphics",
+              "clocks_event_reasons.applications_clocks_setting"]
+    line = _nvidia_smi(",".join(fields))
+    if line is None:
+        return None
+    values = dict(zip(fields, (v.strip() for v in line.split(","))))
+    pinned = values[fields[1]] != values[fields[2]] or values[fields[3]].lower() == "active"
+    return {"persistence_mode": values[fields[0]], "applications_clocks": values[fields[1]],
+            "default_applications_clocks": values[fields[2]], "applications_clocks_reason": values[fields[3]],
+            "clocks_locked": pinned}

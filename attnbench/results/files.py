@@ -17,7 +17,9 @@ import pandas as pd
 
 from attnbench.errors import AttnbenchError
 from attnbench.kernels.workload import STRATEGIES
+from attnbench.results.notes import summary_notes
 from attnbench.results.rundir import replace_atomic, write_text_atomic
+from attnbench.results.telemetry import ROW_COLUMNS
 
 POINT_COLUMNS = [
     "kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim", "dtype", "block_size", "causal",
@@ -28,11 +30,21 @@ RUN_COLUMNS = ["device", "gpu", "backend", "library", "library_version", "strate
 MEASURE_COLUMNS = [
     "median_ms", "p10_ms", "p90_ms", "samples", "calls_per_sample", "converged", "host_metadata_us", "host_plan_us",
     "kernel_launches", "gflop", "mbytes", "tflops", "gbps", "pct_of_peak", "peak_source",
-    "rel_l2_error", "max_abs_error", "tolerance", "verdict", "reason", "samples_ms",
+    "rel_l2_error", "max_abs_error", "tolerance", "verdict", "reason",
+    "replicates", "replicate_medians_ms", "replicate_samples", *ROW_COLUMNS, "details", "samples_ms",
 ]
 COLUMNS = POINT_COLUMNS + RUN_COLUMNS + MEASURE_COLUMNS
 # what identifies a measurement across runs (compare matches rows on it)
 KEY_COLUMNS = POINT_COLUMNS[:14] + ["backend", "strategy", "mode", "l2"]
+
+
+def with_details(row: dict) -> dict:
+    """The row with what the library chose (Plan.details: keys that are not columns, e.g.
+    FlashInfer's `fi_prefill_backend`) folded into one `details` cell, `key=value` space-separated."""
+    extra = {k: v for k, v in row.items() if k not in COLUMNS and not k.startswith("_") and v is not None}
+    if not extra or row.get("details"):
+        return row
+    return {**row, "details": " ".join(f"{k}={cell(v)}" for k, v in sorted(extra.items()))}
 
 
 class RowWriter:
@@ -67,6 +79,7 @@ class RowWriter:
         self.write_many([row])
 
     def write_many(self, rows: list[dict]) -> None:
+        rows = [with_details(row) for row in rows]
         self.rows += rows
         self._csv.writerows({k: cell(row.get(k)) for k in COLUMNS} for row in rows)
         self._file.flush()
@@ -82,7 +95,8 @@ def cell(value):
     return "" if value is None else value
 
 
-TEXT_COLUMNS = {"reason": str, "samples_ms": str, "peak_source": str}
+TEXT_COLUMNS = {"reason": str, "samples_ms": str, "peak_source": str, "replicate_medians_ms": str,
+                "replicate_samples": str, "throttle_reasons": str, "clock_flag": str, "details": str}
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
@@ -260,9 +274,10 @@ def write_summary(df: pd.DataFrame, out_dir: Path, env: dict) -> Path:
         "# attnbench kernel summary\n",
         f"- command: `{env.get('command', '')}`",
         f"- device: {gpu}; torch {env.get('torch')}; attnbench {env.get('attnbench_version')}",
-        "- times: median over samples (CUDA events; perf_counter on CPU); <strategy> / unified > 1 means unified is faster",
+        "- times: median of replicate medians, each over samples (CUDA events; perf_counter on CPU); <strategy> / unified > 1 means unified is faster",
         "",
         markdown_table(seed_table(df)),
+        *summary_notes(df),
     ]
     problems = df[~df["verdict"].isin(["pass"])]
     if not problems.empty:

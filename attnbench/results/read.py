@@ -173,8 +173,14 @@ def _check_times(timed: pd.DataFrame, kind: ResultKind, source: Path) -> None:
 
 
 def _check_samples(df: pd.DataFrame, source: Path) -> None:
-    """samples_ms: empty, or per-sample times separated by spaces, each positive and finite."""
-    for number, cell in enumerate(df["samples_ms"], 1):
+    """samples_ms, replicate_medians_ms: empty, or times separated by spaces, each positive and finite."""
+    for column in ("samples_ms", "replicate_medians_ms"):  # runs before replicates (issue 9) lack the second
+        if column in df:
+            _check_times_cells(df, column, source)
+
+
+def _check_times_cells(df: pd.DataFrame, column: str, source: Path) -> None:
+    for number, cell in enumerate(df[column], 1):
         if not isinstance(cell, str) or not cell.strip():
             continue
         try:
@@ -182,7 +188,7 @@ def _check_samples(df: pd.DataFrame, source: Path) -> None:
         except ValueError:
             values = [math.nan]
         if not all(math.isfinite(v) and v > 0 for v in values):
-            raise AttnbenchError(f"{source} row {number}: samples_ms must be positive times separated by "
+            raise AttnbenchError(f"{source} row {number}: {column} must be positive times separated by "
                                  f"spaces, got {cell[:40]!r}")
 
 

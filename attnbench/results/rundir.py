@@ -27,8 +27,10 @@ from attnbench.errors import UsageError
 
 LOCK = ".attnbench.lock"
 SOURCES = ("results.csv", "env.json")  # what a resumed run needs
-KEPT_ON_RESUME = (*SOURCES, "agreement.csv")  # e2e's agreement rows are measured, not derived
-DERIVED = ("results.parquet", "summary.md", "agreement.csv", "profile_kernels.csv", "profile.md", "scenario.json")
+# e2e's agreement rows and the GPU telemetry samples are measured, not derived
+KEPT_ON_RESUME = (*SOURCES, "agreement.csv", "telemetry.csv")
+DERIVED = ("results.parquet", "summary.md", "agreement.csv", "telemetry.csv", "profile_kernels.csv", "profile.md",
+           "scenario.json")
 DERIVED_GLOBS = ("*.png", "profile", "context-*", ".*.tmp")
 
 

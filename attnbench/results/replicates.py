@@ -1,0 +1,134 @@
+"""Intervals from replicates: what one run's samples cannot know about the next run.
+
+The samples of one timing loop share their inputs' memory placement, their captured graph, their
+plan and the GPU's state at that moment, so an interval built from them knows within-run noise
+only: two identical runs then disagree "significantly" (issue 9: 8 of 36 rows "slower" in an A/A
+pair). A replicate re-allocates the inputs, re-plans and re-captures; the spread of replicate
+medians is the between-run noise a verdict must beat.
+
+Why Welch's t on log replicate medians, not a bootstrap over replicates: a run has 3-5 replicates.
+A bootstrap over 3 values has 10 distinct resamples and its interval can never be wider than
+their range, so it undercovers badly at that size; Student's t accounts for the small count
+exactly when the medians are roughly normal (each is the median of many samples). Welch's
+Satterthwaite degrees of freedom let the two runs have different spreads (another machine, a
+noisier day). Logs make the interval one for a ratio (new / base) and scale-free.
+
+Pure math on numbers (no pandas, no torch), so compare, the summary and calibrate share it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Sequence
+
+CONFIDENCE = 0.95
+MIN_REPLICATES = 2  # a spread needs two values; fewer falls back to within-run samples
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """I_x(a, b), the regularized incomplete beta function."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with df (> 0, fractional allowed) degrees of freedom."""
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The p-quantile (0.5 < p < 1) of Student's t, by bisection on t_cdf."""
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < p:
+        high *= 2.0
+    for _ in range(60):  # 2^-60 of the bracket: far below any time's resolution
+        mid = (low + high) / 2.0
+        low, high = (mid, high) if t_cdf(mid, df) < p else (low, mid)
+    return (low + high) / 2.0
+
+
+def welch_log_ratio(base: Sequence[float], new: Sequence[float],
+                    confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Interval (confidence) for the ratio of typical times new / base, from replicate medians:
+    Welch's t on their logs. Both need MIN_REPLICATES values; identical values give a point."""
+    lb, ln = [math.log(v) for v in base], [math.log(v) for v in new]
+    if min(len(lb), len(ln)) < MIN_REPLICATES:
+        raise ValueError(f"need at least {MIN_REPLICATES} replicates on each side")
+    vb, vn = statistics.variance(lb) / len(lb), statistics.variance(ln) / len(ln)
+    diff = statistics.fmean(ln) - statistics.fmean(lb)
+    se = math.sqrt(vb + vn)
+    if se == 0.0:
+        return math.exp(diff), math.exp(diff)
+    df = (vb + vn) ** 2 / (vb ** 2 / (len(lb) - 1) + vn ** 2 / (len(ln) - 1))
+    half = t_quantile(1 - (1 - confidence) / 2, df) * se
+    return math.exp(diff - half), math.exp(diff + half)
+
+
+def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Interval for the typical value of positive numbers (a row's time, a split / unified ratio
+    over paired replicates): Student's t on their logs."""
+    logs = [math.log(v) for v in values]
+    if len(logs) < MIN_REPLICATES:
+        raise ValueError(f"need at least {MIN_REPLICATES} values")
+    centre, se = statistics.fmean(logs), statistics.stdev(logs) / math.sqrt(len(logs))
+    half = t_quantile(1 - (1 - confidence) / 2, len(logs) - 1) * se if se > 0 else 0.0
+    return math.exp(centre - half), math.exp(centre + half)
+
+
+def spread(values: Sequence[float]) -> float:
+    """max / min - 1 of replicate medians: how far apart the replicates of one row landed."""
+    return max(values) / min(values) - 1.0 if values else math.nan
+
+
+def replicates_needed(log_sd: float, effect: float, threshold: float = 0.0, power: float = 0.9,
+                      confidence: float = CONFIDENCE, cap: int = 1000) -> int:
+    """Replicates per run for compare to call a true change of 1 + effect `slower` with probability
+    `power`, when replicate medians' logs spread by log_sd in both runs: the interval must clear 1
+    and the ratio must clear 1 + threshold, each with the power's margin (normal approximation)."""
+    if log_sd <= 0:
+        return MIN_REPLICATES
+    z = _normal_quantile(power)
+    target, gate = math.log1p(effect), math.log1p(effect) - math.log1p(threshold)
+    for n in range(MIN_REPLICATES, cap + 1):
+        se = log_sd * math.sqrt(2 / n)
+        if (t_quantile(1 - (1 - confidence) / 2, 2 * n - 2) + z) * se < target and z * se < gate:
+            return n
+    return cap
+
+
+def _normal_quantile(p: float) -> float:
+    return t_quantile(p, 1e7) if p > 0.5 else 0.0
+
+
+def parse_times(cell) -> list[float]:
+    """A space-separated cell of times (samples_ms, replicate_medians_ms) -> floats; [] when empty."""
+    if cell is None or (isinstance(cell, float) and math.isnan(cell)):
+        return []
+    return [float(x) for x in str(cell).split()]
