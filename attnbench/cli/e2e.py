@@ -36,6 +36,7 @@ def e2e(
     resume: Annotated[Optional[Path], typer.Option(help="Finish an interrupted run: the same flags, and the directory it wrote; only the points it lacks are measured (refused if the GPU or library versions differ). Example: --resume results/20261130-h200-e2e")] = None,
     isolate: Annotated[bool, typer.Option(help="Run each (input len, output len, batch size) point in a worker process with a watchdog; a worker builds the model once and is reused while healthy: a point that hangs (past --point-timeout), crashes its process or kills the CUDA context becomes timeout / crashed rows and the run goes on. Example: --isolate")] = False,
     point_timeout: Annotated[Optional[float], typer.Option(help="With --isolate: the longest a point may go without a row, in seconds (default 600 on a GPU, 120 on the CPU); a worker's start, model build included, gets at least 120 s. Example: --point-timeout 300")] = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel ranks, one process per GPU under torchrun: each holds n_heads/N query and n_kv_heads/N KV heads (its attention shape), its share of the MLP and its KV heads' cache; rank 0 writes the results. Example: python -m torch.distributed.run --nproc-per-node 2 -m attnbench e2e --model llama-2-70b --tp 2")] = 1,
 ) -> None:
     """Request latency of a whole model, unified vs split attention: p50/p90/p99 request latency,
     prefill/decode step times, tokens/s, and greedy-token agreement between the runs.
@@ -45,7 +46,8 @@ def e2e(
 
     Examples: attnbench e2e --model llama-7b;
     attnbench e2e --model qwen-14b --input-len 512 --output-len 32 --chunk-size 256;
-    attnbench e2e --model ./checkpoints/my-llama --eager
+    attnbench e2e --model ./checkpoints/my-llama --eager;
+    python -m torch.distributed.run --nproc-per-node 2 -m attnbench e2e --model llama-2-70b --tp 2
     """
     values = dict(locals())  # every flag, by parameter name
     console = make_console()

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from attnbench.e2e.model import ModelArgs, Transformer
+from attnbench.e2e.parallel import SINGLE, TensorParallel, rank_args, shard
 from attnbench.errors import UsageError
 from attnbench.kernels.workload import MAX_HEAD_DIM, MAX_HEADS
 
@@ -179,8 +180,10 @@ def read_hf_config(path: Path) -> ModelArgs:
 
 
 @torch.no_grad()
-def load_hf_checkpoint(path: Path, dtype: torch.dtype, device, args: ModelArgs | None = None) -> Transformer:
-    """A Llama/Qwen2 checkpoint directory -> Transformer with its weights, cast to `dtype`."""
+def load_hf_checkpoint(path: Path, dtype: torch.dtype, device, args: ModelArgs | None = None,
+                       tp: TensorParallel = SINGLE) -> Transformer:
+    """A Llama/Qwen2 checkpoint directory -> Transformer with its weights, cast to `dtype`; with
+    tensor parallelism, rank tp.rank's shard of it (whole tensors read, then sliced: parallel.shard)."""
     from safetensors import SafetensorError, safe_open
 
     args = args or read_hf_config(path)
@@ -197,8 +200,9 @@ def load_hf_checkpoint(path: Path, dtype: torch.dtype, device, args: ModelArgs |
     missing = [t for theirs in wanted.values() for t in theirs if t not in where]
     if missing:
         raise UsageError(f"--model: {path} lacks tensor {missing[0]!r}")
-    model = Transformer(args, dtype, device)
+    model = Transformer(rank_args(args, tp.size), dtype, device)
     params = dict(model.named_parameters())
+    shapes = {name: p.shape for name, p in Transformer(args, dtype, "meta").named_parameters()}
     # one shard at a time: a parameter is filled once all of its parts have been read
     needed = {t for theirs in wanted.values() for t in theirs}
     loaded: dict[str, torch.Tensor] = {}
@@ -209,9 +213,9 @@ def load_hf_checkpoint(path: Path, dtype: torch.dtype, device, args: ModelArgs |
             if all(t in loaded for t in theirs):
                 parts = [loaded.pop(t) for t in theirs]
                 tensor = torch.cat(parts) if len(parts) > 1 else parts[0]
-                if tensor.shape != params[ours].shape:
+                if tensor.shape != shapes[ours]:
                     raise UsageError(f"--model: {path}: {theirs[0]} has shape {tuple(parts[0].shape)}, "
-                                     f"config.json implies {tuple(params[ours].shape)} for {ours}")
-                params[ours].copy_(tensor)
+                                     f"config.json implies {tuple(shapes[ours])} for {ours}")
+                params[ours].copy_(shard(ours, tensor, args, tp))
                 del wanted[ours]
     return model

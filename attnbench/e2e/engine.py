@@ -13,7 +13,9 @@ the engine's max_model_len (the static max_seqlen_k of KERNELS.md's recipe); its
 buffers the live batch is copied into. Padding rows are harmless: they attend to zero keys
 (seqused_k / cache_seqlens = 0) and write their K/V into a scratch block no block table names.
 Prefill and mixed (chunked-prefill) steps run eagerly: a graph captured on a decode batch froze
-max_seqlen_q = 1 and is not valid for them (KERNELS.md, "CUDA graphs and varlen").
+max_seqlen_q = 1 and is not valid for them (KERNELS.md, "CUDA graphs and varlen"). Under tensor
+parallelism each rank captures its own graphs, NCCL all-reduces inside, and every rank replays the
+same bucket at the same step, since every rank runs the same schedule.
 """
 
 from __future__ import annotations
@@ -163,6 +165,9 @@ class Engine:
                                          device=self.device)
         self.static_md: dict[int, VarlenMetadata | SplitMetadata] = {}
         self.graph_plans: dict[int, Plan] = {}  # kept alive with their graphs
+        # under a tensor-parallel process group the NCCL watchdog thread queries events while this thread
+        # captures; "thread_local" keeps its queries from invalidating the capture (pytorch#104555)
+        mode = "thread_local" if torch.distributed.is_initialized() else "global"
         pool = None
         for bucket in reversed(self.buckets):
             md = self.static_md[bucket] = self._static_metadata(bucket)
@@ -172,7 +177,7 @@ class Engine:
             args = (self.static_ids[:bucket], self.static_pos[:bucket], self.attn)
             self.static_logits[:bucket] = self.model(*args)  # warm-up: lazy inits stay out of the graph
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool):
+            with torch.cuda.graph(graph, pool, capture_error_mode=mode):
                 self.static_logits[:bucket] = self.model(*args)
             pool = pool or graph.pool()
             self.graphs[bucket] = graph

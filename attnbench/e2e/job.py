@@ -5,12 +5,15 @@ a point's rows and agreements reach results.csv / agreement.csv (rewritten atomi
 point is complete; Ctrl-C or SIGTERM abandons the current point, writes the outputs of what was
 measured and exits 130 / 143; `--resume DIR` measures only the points DIR lacks. With
 `--isolate` each point runs in a worker process that builds its own model (attnbench.workers):
-a point that hangs or crashes is recorded as such and the run goes on.
+a point that hangs or crashes is recorded as such and the run goes on. With `--tp N` under
+torchrun every rank runs this job on its shard of the model (attnbench.e2e.parallel): all of them
+measure every point, rank 0 alone owns the directory and writes; a refusal on any rank before the
+points (memory, --out, the model build) stops every rank with its message.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import ContextManager, Iterator
 
@@ -19,9 +22,10 @@ import torch
 from rich.console import Console
 
 from attnbench.console import default_out_dir, progress
-from attnbench.device import device_name, resolve_device
+from attnbench.device import device_name
 from attnbench.e2e.engine import estimate_bytes
-from attnbench.e2e.model import fused
+from attnbench.e2e.model import ModelArgs, fused
+from attnbench.e2e.parallel import TensorParallel, agree, check_tp, describe, from_leader, rank_args, tensor_parallel
 from attnbench.e2e.report import E2E_POINT, write_e2e_outputs
 from attnbench.e2e.runner import (
     GiB,
@@ -45,6 +49,9 @@ from attnbench.results import files, rundir
 from attnbench.results.env import collect
 from attnbench.results.profiling import write_report
 from attnbench.workers.isolated_e2e import Measure, isolated_points
+
+PER_RANK = ("num_heads", "num_kv_heads", "head_dim")  # the attention point's shape, one rank's share
+
 
 def point_key(values: dict) -> tuple[str, ...]:
     return tuple(str(values.get(c)) for c in E2E_POINT)
@@ -85,8 +92,8 @@ def fused_status(rows: list[dict]) -> str:
 
 @contextmanager
 def in_process(spec: ModelSpec, args: E2EArgs, plans: dict, profile_out: Path | None) -> Iterator[Measure]:
-    """Points measured in this process, on one model built here."""
-    engines = spec.build()
+    """Points measured in this process, on one model (this rank's shard of it) built here."""
+    engines = agree(spec.tp, spec.build)
     yield lambda fields: run_point(engines, args, plans, fields, profile_out)
 
 
@@ -101,14 +108,22 @@ def measurer(spec: ModelSpec, args: E2EArgs, plans: dict, profile_out: Path | No
 def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
     validate_args(args)
     pairs = length_pairs(args)
-    device = resolve_device(args.device)
     margs, path = resolve_model(args.model)
+    check_tp(args.tp, margs)
+    with tensor_parallel(args.tp, args.device) as (tp, device):
+        # every rank measures; rank 0 owns the directory, writes the rows and speaks
+        return run_ranks(args, console if tp.leader else Console(quiet=True), command, margs, path, pairs, tp, device)
+
+
+def run_ranks(args: E2EArgs, console: Console, command: list[str], margs: ModelArgs, path: Path | None,
+              pairs: list[tuple[int, int]], tp: TensorParallel, device: torch.device) -> Path:
     dtype_name = DTYPE_ALIASES[args.dtype]
     max_model_len = max(i + o for i, o in pairs)
     if max_model_len > margs.max_positions:
         raise UsageError(f"--input-len/--output-len: {max_model_len} tokens exceed {margs.name}'s "
                          f"{margs.max_positions} positions")
-    point = attention_point(margs, dtype_name, args.block_size)
+    shard = rank_args(margs, tp.size)  # what one rank holds and its attention kernel sees
+    point = attention_point(shard, dtype_name, args.block_size)
     backends = resolve_backends(args.backends, device)
     for b in backends:
         for strategy in args.strategies:  # every backend runs every strategy: e2e rows are compared pairwise
@@ -119,30 +134,34 @@ def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
     plans = {b: graph_mode(b, device, args.eager, max_bs) for b in backends}
     runs_at_once = len(backends) * len(args.strategies) * (2 if any(g for g, _ in plans.values()) else 1)
     elt = torch.empty((), dtype=torch_dtype(dtype_name)).element_size()
-    parts = estimate_bytes(margs, elt, max_bs, max_model_len, args.block_size,
+    parts = estimate_bytes(shard, elt, max_bs, max_model_len, args.block_size,
                            args.chunk_size or max(b * i for b in args.batch_sizes for i, _ in pairs),
                            max(b * o for b in args.batch_sizes for _, o in pairs) * runs_at_once)
-    check_fits(parts, args.model, device)
-
+    agree(tp, lambda: check_fits(parts, args.model, device))
     gpu_name = device_name(device)
-    out_dir = rundir.claim(args.out, args.resume, args.force, default_out_dir(gpu_name or "cpu", "e2e"))
-    with rundir.locked(out_dir):
+    all_points = [(i, o, b) for i, o in pairs for b in args.batch_sizes]
+
+    def open_run() -> tuple[Path, dict, list[dict], list[dict], list[tuple[int, int, int]]]:
+        """Rank 0: claim and lock the directory, env.json, what an earlier run (--resume) measured."""
+        out_dir = rundir.claim(args.out, args.resume, args.force, default_out_dir(gpu_name or "cpu", "e2e"))
+        stack.enter_context(rundir.locked(out_dir))
         env = collect(command)
         env["e2e"] = {"model": margs.name, "model_args": dict(vars(margs)), "params_b": margs.num_params / 1e9,
                       "weights": f"checkpoint {path}" if path else f"random (seed {args.seed})",
                       "dtype": dtype_name, "block_size": args.block_size, "chunk_size": args.chunk_size,
                       "max_model_len": max_model_len, "warmup": args.warmup, "iters": args.iters,
+                      "tp": describe(tp), "attention_per_rank": {k: getattr(point, k) for k in PER_RANK},
                       "memory_estimate_gib": {k: round(v / GiB, 3) for k, v in parts.items()},
                       "graphs": {b: note for b, (_, note) in plans.items()},
                       "point_timeout_s": point_timeout(args, device) if args.isolate else None}
-        points = [(i, o, b) for i, o in pairs for b in args.batch_sizes]
-        rows: list[dict] = []
-        agreements: list[dict] = []
+        rows, agreements, points = [], [], all_points
         if args.resume:
             old_env = rundir.read_env(out_dir)
             rundir.check_resumable(old_env, env, out_dir)
             if old_env.get("e2e", {}).get("model_args") != env["e2e"]["model_args"]:
                 raise UsageError(f"--resume: {out_dir} was measured on another model ({old_env['e2e'].get('model')})")
+            if old_env["e2e"].get("tp", {}).get("size", 1) != tp.size:
+                raise UsageError(f"--resume: {out_dir} was measured at --tp {old_env['e2e']['tp']['size']}")
             earlier = rundir.read_rows(out_dir)
             done = completed(earlier, backends, args.strategies)
             rows = [r for r in earlier if point_key(r) in done]
@@ -151,12 +170,17 @@ def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
                           f"of {len(points)} points already measured")
             points = [p for p in points if point_key(dict(zip(E2E_POINT, p))) not in done]
         files.write_env(out_dir, env)
+        return out_dir, env, rows, agreements, points
+
+    with ExitStack() as stack:
+        out_dir, env, rows, agreements, points = from_leader(tp, open_run)
         spec = ModelSpec(margs, path, dtype_name, device, args.seed, max_bs, max_model_len, args.block_size,
-                         args.chunk_size)
+                         args.chunk_size, tp)
         base = {"model": margs.name, "params_b": round(margs.num_params / 1e9, 3), "dtype": dtype_name,
                 "block_size": args.block_size, "chunk_size": args.chunk_size or 0, "device": device.type,
-                "gpu": gpu_name or "cpu", "warmup": args.warmup, "iters": args.iters}
-        console.print(f"{margs.name} ({margs.num_params / 1e9:.2f} B params, {dtype_name}) on {gpu_name or 'cpu'}: "
+                "gpu": gpu_name or "cpu", "tp": tp.size, "warmup": args.warmup, "iters": args.iters}
+        on = f"{tp.size} x {gpu_name or 'cpu'} (TP {tp.size})" if tp.size > 1 else gpu_name or "cpu"
+        console.print(f"{margs.name} ({margs.num_params / 1e9:.2f} B params, {dtype_name}) on {on}: "
                       f"{len(points)} points x {len(backends)} backend(s) x {len(args.strategies)} strategies -> {out_dir}")
         stopped = None
         finished = 0
@@ -172,19 +196,21 @@ def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
                         new_rows, new_agreements = measure(fields)
                         rows += new_rows
                         agreements += new_agreements
-                        save_table(rows, out_dir / "results.csv")
-                        if agreements:
-                            save_table(agreements, out_dir / "agreement.csv")
+                        if tp.leader:
+                            save_table(rows, out_dir / "results.csv")
+                            if agreements:
+                                save_table(agreements, out_dir / "agreement.csv")
                         finished += 1
                         bar.update(task, advance=1)
             except (KeyboardInterrupt, SignalReceived) as exc:
                 stopped = exc
-        env["e2e"]["fused_ops"] = fused_status(rows)
-        files.write_env(out_dir, env)
-        if rows:
-            write_e2e_outputs(out_dir, env, console)
-            if args.profile:
-                write_report(out_dir, console)
+        if tp.leader:
+            env["e2e"]["fused_ops"] = fused_status(rows)
+            files.write_env(out_dir, env)
+            if rows:
+                write_e2e_outputs(out_dir, env, console)
+                if args.profile:
+                    write_report(out_dir, console)
     if stopped is not None:
         raise interrupted(stopped, finished, len(points), out_dir)
     verdicts = pd.Series([r.get("verdict") for r in rows], dtype=object).value_counts().to_dict()

@@ -10,6 +10,8 @@ Weights are random by default, made on the device from a fixed seed and scaled 1
 so that every layer's activations stay O(1); or checkpoint.py reads them from a local Hugging
 Face Llama or Qwen2 checkpoint directory (config.json + *.safetensors). Nothing is downloaded.
 Tokens are laid out flat ([num_tokens, ...], sequences back to back), as varlen kernels want.
+Tensor parallelism stays out of this file, as gpt-fast keeps it in tp.py: a rank builds this model
+from its share of the shape (parallel.rank_args) and parallel.py adds the all-reduces.
 """
 
 from __future__ import annotations
@@ -75,8 +77,17 @@ PRESETS: dict[str, dict] = {
     "llama-13b": dict(n_layer=40, dim=5120, n_head=40, n_kv_head=40, ffn_dim=13824, vocab_size=32000),
     "qwen-14b": dict(n_layer=40, dim=5120, n_head=40, n_kv_head=40, ffn_dim=13696, vocab_size=152064,
                      norm_eps=1e-6, qkv_bias=True, max_positions=8192),
-    # CPU tests and GPU smoke tests: head dim 64 is in the FA2 JIT cache the device pack carries
+    # CPU tests and GPU smoke tests: head dim 64 is in the FA2 JIT cache the device pack carries;
+    # 4/2 heads split over 2 tensor-parallel ranks
     "tiny": dict(n_layer=2, dim=256, n_head=4, n_kv_head=2, ffn_dim=512, vocab_size=1024, qkv_bias=True),
+    # 70B class, GQA 64/8: they need tensor parallelism (--tp 2 on H200s). Values from the Hugging Face
+    # config.json of meta-llama/Llama-2-70b-hf, meta-llama/Meta-Llama-3-70B and Qwen/Qwen2-72B (80 layers
+    # each); Qwen2 has q/k/v biases, as qwen-14b.
+    "llama-2-70b": dict(n_layer=80, dim=8192, n_head=64, n_kv_head=8, ffn_dim=28672, vocab_size=32000),
+    "llama-3-70b": dict(n_layer=80, dim=8192, n_head=64, n_kv_head=8, ffn_dim=28672, vocab_size=128256,
+                        rope_theta=500000.0, max_positions=8192),
+    "qwen-72b": dict(n_layer=80, dim=8192, n_head=64, n_kv_head=8, ffn_dim=29568, vocab_size=152064,
+                     rope_theta=1000000.0, norm_eps=1e-6, qkv_bias=True, max_positions=32768),
 }
 
 
@@ -235,19 +246,24 @@ class Transformer(nn.Module):
         return F.linear(self.norm(x), self.output)
 
 
+def fill_random_(name: str, p: torch.Tensor, gen: torch.Generator) -> None:
+    """One parameter's random values, by its name; parallel.py draws whole tensors with it too."""
+    if name.endswith("norm.weight"):
+        p.fill_(1.0)
+    elif p.dim() == 1:  # qkv bias: small, as trained ones are
+        p.normal_(0.0, 0.02, generator=gen)
+    elif name == "tok_embeddings":
+        p.normal_(0.0, 1.0, generator=gen)
+    else:
+        p.normal_(0.0, p.shape[1] ** -0.5, generator=gen)
+
+
 @torch.no_grad()
 def init_random_(model: Transformer, seed: int = 0) -> Transformer:
     """Random weights from `seed`, drawn on the model's device in parameter order."""
     gen = torch.Generator(device=model.tok_embeddings.device).manual_seed(seed)
     for name, p in model.named_parameters():
-        if name.endswith("norm.weight"):
-            p.fill_(1.0)
-        elif p.dim() == 1:  # qkv bias: small, as trained ones are
-            p.normal_(0.0, 0.02, generator=gen)
-        elif name == "tok_embeddings":
-            p.normal_(0.0, 1.0, generator=gen)
-        else:
-            p.normal_(0.0, p.shape[1] ** -0.5, generator=gen)
+        fill_random_(name, p, gen)
     return model
 
 

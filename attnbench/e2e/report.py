@@ -148,6 +148,10 @@ def write_e2e_summary(df: pd.DataFrame, agreement: pd.DataFrame, out_dir: Path, 
     e2e = env.get("e2e", {})
     gpu = (env.get("gpu") or {}).get("name", "CPU")
     notes = df["graph_note"].dropna().unique() if "graph_note" in df else []
+    tp, heads = e2e.get("tp") or {}, e2e.get("attention_per_rank") or {}
+    if tp.get("size", 1) > 1:  # the kernels' shape is one rank's: 64/8 heads at TP 2 are 32/4 per GPU
+        notes = [f"tensor parallel: {tp['size']} ranks ({tp.get('backend')}), {heads.get('num_heads')}/"
+                 f"{heads.get('num_kv_heads')} heads x {heads.get('head_dim')} per rank; times are rank 0's", *notes]
     lines = [
         "# attnbench e2e summary\n",
         f"- command: `{env.get('command', '')}`",

@@ -20,6 +20,7 @@ from attnbench.e2e.attention import PagedAttention
 from attnbench.e2e.checkpoint import load_hf_checkpoint, read_hf_config
 from attnbench.e2e.engine import GRAPH_NOTE, Engine, graph_buckets
 from attnbench.e2e.model import PRESETS, ModelArgs, Transformer, fused, random_model
+from attnbench.e2e.parallel import MAX_TP, SINGLE, TensorParallel, all_reduce_outputs_, random_rank_model
 from attnbench.e2e.report import FAILING, compare_generations, run_metrics, worst
 from attnbench.e2e.scheduler import KVCache, make_prompts
 from attnbench.errors import AttnbenchError, UsageError, error_reason
@@ -64,6 +65,7 @@ class E2EArgs:
     resume: Path | None = None
     isolate: bool = False  # --isolate: each point in a worker process with a watchdog (attnbench.workers)
     point_timeout: float | None = None  # --point-timeout S (default: 600 on a GPU, 120 on the CPU)
+    tp: int = 1  # --tp N: tensor-parallel ranks, one process each under torchrun (attnbench.e2e.parallel)
 
 
 def length_pairs(args: E2EArgs) -> list[tuple[int, int]]:
@@ -86,13 +88,15 @@ def validate_args(args: E2EArgs) -> None:
 
     Bounds: prompt, output and chunk lengths up to workload.MAX_TOKENS (the model's own
     max_positions is checked once it is known), batches up to 4096 requests, up to 10,000
-    warm-up and measured runs each, a 64-bit seed, a --point-timeout of up to a day.
+    warm-up and measured runs each, a 64-bit seed, a --point-timeout of up to a day, --tp up to 64
+    (whether it splits the model is checked once the model is known: parallel.check_tp).
     """
     ranges = [("--input-len", args.input_lens, 1, MAX_TOKENS), ("--output-len", args.output_lens, 1, MAX_TOKENS),
               ("--batch-size", args.batch_sizes, 1, 4096),
               ("--chunk-size", [] if args.chunk_size is None else [args.chunk_size], 1, MAX_TOKENS),
               ("--warmup", [args.warmup], 0, 10_000), ("--iters", [args.iters], 1, 10_000),
-              ("--block-size", [args.block_size], 16, MAX_BLOCK_SIZE), ("--seed", [args.seed], 0, MAX_SEED)]
+              ("--block-size", [args.block_size], 16, MAX_BLOCK_SIZE), ("--seed", [args.seed], 0, MAX_SEED),
+              ("--tp", [args.tp], 1, MAX_TP)]
     for flag, values, low, high in ranges:
         for v in values:
             if not (isinstance(v, int) and not isinstance(v, bool) and low <= v <= high):
@@ -104,6 +108,10 @@ def validate_args(args: E2EArgs) -> None:
     timeout = args.point_timeout
     if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout <= 86400):
         raise UsageError(f"--point-timeout: must be a number of seconds above 0 and at most 86400, got {timeout}")
+    for flag, used in (("--isolate", args.isolate), ("--profile", args.profile)):
+        if used and args.tp > 1:
+            raise UsageError(f"{flag} cannot be combined with --tp {args.tp} yet: every rank must run the same steps "
+                             "in the one process that holds its share of the model")
     check_strategies(args.strategies)
     for flag, values in [("--batch-size", args.batch_sizes), ("--strategy", args.strategies),
                          ("--backend", args.backends or [])]:
@@ -148,7 +156,8 @@ def check_fits(parts: dict[str, int], model: str, device: torch.device) -> None:
 
 
 def attention_point(args: ModelArgs, dtype: str, block_size: int) -> SweepPoint:
-    """What a backend needs to know of the model's attention (heads, head dim, dtype, blocks)."""
+    """What a backend needs to know of the model's attention (heads, head dim, dtype, blocks); with
+    tensor parallelism, of one rank's (parallel.rank_args): 64/8 heads at TP 2 are 32/4."""
     return SweepPoint(kind="decode", num_tokens=1, num_heads=args.n_head, head_dim=args.head_dim,
                       num_kv_heads=args.n_kv_head, dtype=dtype, block_size=block_size)
 
@@ -189,11 +198,18 @@ class ModelSpec:
     max_model_len: int
     block_size: int
     chunk_size: int | None
+    tp: TensorParallel = SINGLE  # this process's rank: it builds its shard of the model
 
     def build(self) -> ModelEngines:
         dtype = torch_dtype(self.dtype)
-        model = (load_hf_checkpoint(self.checkpoint, dtype, self.device, self.args) if self.checkpoint
-                 else random_model(self.args, dtype, self.device, self.seed))
+        if self.checkpoint:
+            model = load_hf_checkpoint(self.checkpoint, dtype, self.device, self.args, self.tp)
+        elif self.tp.size > 1:
+            model = random_rank_model(self.args, dtype, self.device, self.seed, self.tp)
+        else:
+            model = random_model(self.args, dtype, self.device, self.seed)
+        if self.tp.size > 1:
+            all_reduce_outputs_(model)
         return ModelEngines(model, self.max_num_seqs, self.max_model_len, self.block_size, self.chunk_size, self.seed)
 
 

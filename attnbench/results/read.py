@@ -36,6 +36,7 @@ class ResultKind:
     numbers: tuple[str, ...]      # other columns the tools compute with: empty or a finite number
     optional: tuple[str, ...]     # columns the tools read that an older or trimmed file may lack
     markers: tuple[str, ...]      # columns only this kind of file has
+    defaults: tuple[tuple[str, object], ...] = ()  # key columns older files lack, and the value they meant
 
     def describe(self) -> str:
         return "a kernel sweep (attnbench kernel / run)" if self.name == "kernel" else "an e2e run (attnbench e2e)"
@@ -51,12 +52,13 @@ KERNEL = ResultKind(
     markers=("kind", "median_ms"))
 E2E = ResultKind(
     "e2e", ("model", "dtype", "block_size", "chunk_size", "input_len", "output_len", "batch_size", "backend",
-            "strategy", "mode"), "request_p50_s", "s", ("", "request_p90_s"),
-    key_numbers=("block_size", "chunk_size", "input_len", "output_len", "batch_size"),
+            "strategy", "mode", "tp"), "request_p50_s", "s", ("", "request_p90_s"),
+    key_numbers=("block_size", "chunk_size", "input_len", "output_len", "batch_size", "tp"),
     numbers=("request_p50_s", "request_p90_s", "request_p99_s", "output_tok_s"),
     optional=("request_p90_s", "request_p99_s", "output_tok_s", "agreement", "gpu", "library", "library_version",
               "reason"),
-    markers=("input_len", "request_p50_s"))
+    markers=("input_len", "request_p50_s"),
+    defaults=(("tp", 1),))  # runs from before --tp ran on one GPU
 RESULT_KINDS = (KERNEL, E2E)
 
 
@@ -102,6 +104,7 @@ def kind_of(df: pd.DataFrame, source: Path) -> ResultKind:
 
 def checked(df: pd.DataFrame, kind: ResultKind, source: Path) -> pd.DataFrame:
     """The rows, with the kind's number columns as numbers, once every check below has passed."""
+    df = df.assign(**{c: v for c, v in kind.defaults if c not in df.columns})
     missing = [c for c in (*kind.key, "verdict", kind.measure) if c not in df.columns]
     if missing:
         raise AttnbenchError(f"{source} lacks column(s) {', '.join(missing)}, which {kind.describe()} "
