@@ -146,7 +146,9 @@ def test_every_kernel_flag_is_a_key_and_reaches_kernel_args(tmp_path):
         budget_ms = 7
         rel_spread = 0.02
         seed = 3
-        device = "cpu"
+        device = "auto"
+        devices = "cpu,cpu"
+        shard = "1/2"
         out = "somewhere"
         resume = "earlier"
         point_timeout = 30
@@ -167,7 +169,8 @@ def test_every_kernel_flag_is_a_key_and_reaches_kernel_args(tmp_path):
         "fp16", 32, "uniform:8:64", 0.25, [0.0, 0.5], 2, )
     assert (args.prefill_len, args.causal, args.cold_l2, args.budget_ms, args.rel_spread, args.seed) == (
         64, False, True, 7.0, 0.02, 3)
-    assert (args.device, args.out, args.resume, args.json_rows) == ("cpu", Path("somewhere"), Path("earlier"), True)
+    assert (args.device, args.out, args.resume, args.json_rows) == ("auto", Path("somewhere"), Path("earlier"), True)
+    assert (args.devices, args.shard) == ("cpu,cpu", "1/2")
     assert args.point_timeout == 30.0
     assert args.replicates == 4
 

@@ -14,6 +14,8 @@ from attnbench.cli.flags import kernel_args
 from attnbench.console import make_console
 from attnbench.kernels.backends.registry import REGISTRY
 from attnbench.kernels.job import run_kernel
+from attnbench.workers import distributed
+from attnbench.workers.distributed import run_kernel_ranks
 
 
 def kernel(
@@ -46,17 +48,22 @@ def kernel(
     force: Annotated[bool, typer.Option(help="Run into an --out that holds an earlier run, removing the files attnbench wrote there first (other files stay). Example: --force")] = False,
     resume: Annotated[Optional[Path], typer.Option(help="Finish an interrupted run: the same flags, and the directory it wrote; only the points it lacks are measured (refused if the GPU or library versions differ). Example: --resume results/20261130-h200-kernel")] = None,
     isolate: Annotated[bool, typer.Option(help="Run each point in a worker process with a watchdog: a point that hangs (past --point-timeout), crashes its process or runs out of memory becomes a timeout / crashed / oom row and the sweep goes on. Example: --isolate")] = False,
-    point_timeout: Annotated[Optional[float], typer.Option(help="With --isolate: the longest a point may go without a result, in seconds (default 600 on a GPU, above FA2's 1-2 minute first-use compile on Hopper; 120 on the CPU). Example: --point-timeout 300")] = None,
+    point_timeout: Annotated[Optional[float], typer.Option(help="With --isolate or --devices: the longest a point may go without a result, in seconds (default 600 on a GPU, above FA2's 1-2 minute first-use compile on Hopper; 120 on the CPU). Example: --point-timeout 300")] = None,
+    shard: Annotated[Optional[str], typer.Option(help="Measure only shard I of N of the points (counted from 0; the same flags give every shard the same split), for job arrays; join the shards with `attnbench merge`. Example: --shard $SLURM_ARRAY_TASK_ID/4")] = None,
+    devices: Annotated[Optional[str], typer.Option(help="Spread the points over local GPUs, one worker process each (both strategies of a point on one GPU; every row records its device): all, or a list (cpu,cpu: CPU workers, for tests). Example: --devices all or --devices cuda:0,cuda:1")] = None,
 ) -> None:
     """Sweep query-token counts x heads x head dims over unified and split attention, check every
     result against a float32 reference, time it, and write tables and plots.
+
+    Under torchrun every rank measures its share of the points and rank 0 writes the run.
 
     Example: attnbench kernel --heads 32 --dim 128
     """
     values = dict(locals())  # every flag, by parameter name
     console = make_console(json_rows)
     with user_errors(console):
-        run_kernel(kernel_args(values), console, command=command_line())
+        job = run_kernel_ranks if distributed.launched() else run_kernel
+        job(kernel_args(values), console, command=command_line())
 
 
 def backends() -> None:

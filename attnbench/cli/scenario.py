@@ -11,6 +11,10 @@ UTF-8 TOML, an unknown key, a wrong type or a bad value is refused with the key'
 One thing a file can say that one `attnbench kernel` call cannot: `context = [1024, 4096]`. Each
 value runs as its own sweep into OUT/context-VALUE/, and their rows are merged into OUT/results.csv,
 so OUT reads as one run for compare, export and plot.
+
+`--shard I/N` and `--devices` are kernel flags, so a scenario takes them as keys or overrides
+(each context's sweep is split the same way). Under torchrun a kernel scenario is refused: its
+ranks would share OUT; run it as `--shard I/N` jobs and `attnbench merge` them.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from attnbench.cli.flags import e2e_args, kernel_args
 from attnbench.e2e.runner import length_pairs, validate_args
 from attnbench.errors import UsageError
 from attnbench.kernels.plan import check_unique, plan_sweep
+from attnbench.workers import distributed
 
 COMMANDS = {"kernel": kernel.kernel, "e2e": e2e.e2e}  # command name -> the function behind it
 SWEPT = "context"  # the kernel key that may hold a list: one sweep per value
@@ -183,6 +188,9 @@ def load_scenario(path: Path, overrides: list[str] | None = None) -> Scenario:
     values = {f.param: f.default for f in flags.values()}
     values.update({flags[k].param: v for k, v in given.items()})
     contexts = [None]
+    if command == "kernel" and distributed.launched():
+        raise UsageError("torchrun: a kernel scenario does not run under torchrun; run its shards as jobs "
+                         "(attnbench run FILE --shard I/N, then attnbench merge), or `attnbench kernel` under torchrun")
     if command == "kernel":
         contexts = values.pop("context") if isinstance(values["context"], list) else [values.pop("context")]
         check_unique([str(c).strip() for c in contexts], SWEPT)

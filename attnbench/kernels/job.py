@@ -1,16 +1,20 @@
 """A kernel sweep as a job: plan it, own its directory, run it, and write every output file.
 
-The CLI's `kernel` command and kernel scenarios both end here. The run directory is claimed
-(new or empty, `--force`, or `--resume`) and locked for the run. A point's rows reach
-results.csv when the point is complete, so a run stopped by Ctrl-C or SIGTERM keeps every
-finished point and abandons the current one; parquet, summary.md, plots and the console table
-are then made from results.csv, and `--resume DIR` measures only the points it lacks.
+The CLI's `kernel` command and kernel scenarios both end here (torchrun ranks too, through
+workers/distributed.py, which reuses these steps). The run directory is claimed (new or empty,
+`--force`, or `--resume`) and locked for the run. A point's rows reach results.csv when the
+point is complete, so a run stopped by Ctrl-C or SIGTERM keeps every finished point and abandons
+the current one; parquet, summary.md, plots and the console table are then made from
+results.csv, and `--resume DIR` measures only the points it lacks. `--shard I/N` measures one
+share of the points (workers/shards.py) and `--devices` spreads them over local GPUs
+(workers/devices.py); env.json records both.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 import torch
 from rich.console import Console
@@ -21,13 +25,13 @@ from attnbench.errors import UsageError
 from attnbench.interrupts import SignalReceived, interrupted, signals_raise
 from attnbench.kernels.plan import KernelArgs, check_measured, plan_sweep
 from attnbench.kernels.sweep import SweepPlan, run_sweep
-from attnbench.kernels.workload import SweepPoint
 from attnbench.results import files, rundir
 from attnbench.results.env import collect
 from attnbench.results.plots import plot_runs
 from attnbench.results.profiling import write_report
-from attnbench.results.telemetry import gpu_telemetry
+from attnbench.workers.devices import device_label, device_shares, resolve_devices, row_telemetry, run_sweep_devices
 from attnbench.workers.isolated import run_sweep_isolated
+from attnbench.workers.shards import parse_shard
 
 POINT_KEY = files.POINT_COLUMNS[:14]  # the SweepPoint fields, as results.csv spells them
 
@@ -47,35 +51,69 @@ def completed(rows: list[dict], plan: SweepPlan) -> set[tuple[str, ...]]:
     return {key for key, combos in seen.items() if needed <= combos or ("", "") in {c[1:] for c in combos}}
 
 
+def resume_state(plan: SweepPlan, out_dir: Path, env: dict) -> tuple[set[tuple[str, ...]], list[dict]]:
+    """(points finished, rows kept) of the run in out_dir that this one resumes."""
+    old_env = rundir.read_env(out_dir)
+    rundir.check_resumable(old_env, env, out_dir)
+    if old_env.get("shard") != env.get("shard"):
+        raise UsageError(f"--resume: {out_dir} measured shard {shard_text(old_env)}, this run shard "
+                         f"{shard_text(env)}; resume it with its own --shard")
+    rows = rundir.read_rows(out_dir)
+    done = completed(rows, plan)
+    return done, [r for r in rows if point_key(r) in done]
+
+
+def shard_text(env: dict) -> str:
+    shard = env.get("shard")
+    return f"{shard['index']}/{shard['count']}" if isinstance(shard, dict) else "none (every point)"
+
+
+def without(plan: SweepPlan, done: set[tuple[str, ...]]) -> SweepPlan:
+    return replace(plan, points=tuple(p for p in plan.points if point_key(p.key()) not in done))
+
+
+def run_env(command: list[str], args: KernelArgs, plan: SweepPlan) -> dict:
+    """env.json: the machine and software, and this run's share of the points."""
+    env = collect(command)
+    shard = parse_shard(args.shard)
+    if shard is not None:
+        env["shard"] = {"index": shard[0], "count": shard[1], "points": len(plan.points)}
+    return env
+
+
 def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
     plan = plan_sweep(args)
     for notice in plan.notices:  # every flag is valid by now: an error is always the only line
         console.print(f"[yellow]{notice}[/]")
+    devices = resolve_devices(args.devices) if args.devices else None
     gpu_name = device_name(torch.device(plan.device))
     out_dir = rundir.claim(args.out, args.resume, args.force, default_out_dir(gpu_name or "cpu", "kernel"))
     with rundir.locked(out_dir):
-        env = collect(command)
+        env = run_env(command, args, plan)
         keep = None
         if args.resume:
-            rundir.check_resumable(rundir.read_env(out_dir), env, out_dir)
-            rows = rundir.read_rows(out_dir)
-            done = completed(rows, plan)
-            keep = [r for r in rows if point_key(r) in done]
-            todo = tuple(p for p in plan.points if point_key(p.key()) not in done)
-            console.print(f"resuming {out_dir}: {len(plan.points) - len(todo)} of {len(plan.points)} points "
+            done, keep = resume_state(plan, out_dir, env)
+            todo = without(plan, done)
+            console.print(f"resuming {out_dir}: {len(plan.points) - len(todo.points)} of {len(plan.points)} points "
                           "already measured")
-            plan = replace(plan, points=todo)
+            plan = todo
         if args.profile:
             plan = replace(plan, profile_out=out_dir)
+        if devices:
+            env["devices"] = device_shares(devices)
         files.write_env(out_dir, env)
         writer = files.RowWriter(out_dir, keep=keep)
+        where = ", ".join(devices) if devices else gpu_name or "cpu"
         console.print(f"{len(plan.points)} points x {len(plan.backends)} backend(s) x {len(plan.strategies)} "
-                      f"strategies x {len(plan.modes)} mode(s) on {gpu_name or 'cpu'} -> {out_dir}")
+                      f"strategies x {len(plan.modes)} mode(s) on {where} -> {out_dir}")
         stopped = None
         try:
-            stopped = sweep_into(writer, plan, gpu_name, console, args.json_rows)
+            stopped = sweep_into(writer.write_many, plan, gpu_name, console, args.json_rows, out_dir,
+                                 env.get("devices"))
         finally:
             writer.close()
+            if devices:
+                files.write_env(out_dir, env)  # with each device's share
         if writer.rows or keep:
             write_kernel_outputs(out_dir, env, console)
             if args.profile:
@@ -85,29 +123,38 @@ def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
     return out_dir
 
 
-def sweep_into(writer: files.RowWriter, plan: SweepPlan, gpu_name: str | None, console: Console,
-               json_rows: bool) -> BaseException | None:
-    """Run the sweep, writing each point's rows once the point is complete; on Ctrl-C or SIGTERM
-    abandon the current point and return the interrupt instead of raising it."""
-    pending: list[dict] = []
+def sweep_into(write: Callable[[list[dict]], None], plan: SweepPlan, gpu_name: str | None, console: Console,
+               json_rows: bool, out_dir: Path | None, devices: list[dict] | None = None) -> BaseException | None:
+    """Run the sweep, handing each point's rows to `write` once the point is complete; on Ctrl-C or
+    SIGTERM abandon the points in flight and return the interrupt instead of raising it.
 
-    def on_row(row: dict) -> None:
-        pending.append(telemetry.annotate(row))  # the GPU's clocks while the row was timed
-        if json_rows:
-            emit_json(row)
+    devices: one worker per device (each entry's `points` and `busy_s` are filled in as it works);
+    else this process's device, in process or (plan.isolate) in one worker. GPU telemetry goes to
+    out_dir/telemetry.csv (None: rows are annotated, no file is written)."""
+    pending: list[dict] = []
+    names = [d["device"] for d in devices] if devices else [device_label(plan.device)]
 
     with progress(console) as bar:
         task = bar.add_task("kernel sweep", total=len(plan.points))
 
-        def on_point_done(point: SweepPoint) -> None:
-            writer.write_many(pending)
+        def on_point_done(point) -> None:
+            write(list(pending))
             pending.clear()
             bar.update(task, advance=1, description=f"{point.kind} N={point.num_tokens} "
                                                     f"{point.num_heads}x{point.head_dim}")
 
         try:
-            with signals_raise(), gpu_telemetry(plan.device, writer.path.parent) as telemetry:
-                if plan.isolate:
+            with signals_raise(), row_telemetry(names, out_dir) as annotate:
+                def on_row(row: dict) -> None:
+                    # the row's own device (a worker of a pool says which), and its GPU's clocks while timed
+                    row = annotate(row if devices else {**row, "device": names[0]})
+                    pending.append(row)
+                    if json_rows:
+                        emit_json(row)
+
+                if devices:
+                    run_sweep_devices(plan, devices, gpu_name, on_row, on_point_done, plan.point_timeout_s)
+                elif plan.isolate:
                     run_sweep_isolated(plan, gpu_name, on_row, on_point_done, plan.point_timeout_s)
                 else:
                     run_sweep(plan, gpu_name, on_row, on_point_done)

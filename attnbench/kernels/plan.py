@@ -6,8 +6,10 @@ it checks only what the values say (for a file read on a machine that will not r
 defaults are the GPU's, and backend availability and free memory are not looked at.
 
 Refused up front, each naming its flag: unknown names, a value listed twice, sizes out of range
-(workload.MAX_*), timing flags that are not finite or out of range, and a largest point that
-cannot fit in free GPU memory or, on the CPU, in the memory the machine has available.
+(workload.MAX_*), timing flags that are not finite or out of range, a `--shard` that is not I/N
+or gets no point, `--devices` that do not exist here or are GPUs of different models, and a
+largest point that cannot fit in free GPU memory or, on the CPU, in the memory the machine has
+available. A sharded plan holds its shard's points only.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from attnbench.kernels.inputs import available_host_bytes, host_bytes, input_byt
 from attnbench.kernels.sweep import SweepPlan
 from attnbench.kernels.timing import MODES, TimingConfig
 from attnbench.kernels.workload import DEFAULT_STRATEGIES, KINDS, STRATEGIES, SweepPoint, build_batch
+from attnbench.workers.devices import parse_devices, resolve_devices
+from attnbench.workers.shards import parse_shard, shard_points
 
 # The seed's token counts on a GPU. The CPU reference runs a tenth of them on short contexts: a
 # decode batch of 1000 x 1024 tokens at 32 x 128 is 17 GB of KV cache, minutes of CPU time.
@@ -69,6 +73,8 @@ class KernelArgs:
     isolate: bool = False  # --isolate: each point in a worker process with a watchdog
     point_timeout: float | None = None  # --point-timeout S (default: 600 on a GPU, 120 on the CPU)
     replicates: int | None = None  # --replicates N (default: DEFAULT_REPLICATES for the device)
+    shard: str | None = None  # --shard I/N: measure shard I of N of the points (workers/shards.py)
+    devices: str | None = None  # --devices all | cuda:0,cuda:1: one worker per device (workers/devices.py)
 
 
 def resolve_modes(requested: list[str] | None, device: torch.device) -> list[str]:
@@ -184,7 +190,14 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
     """
     check_strategies(args.strategies)
     check_lists(args)
+    shard = parse_shard(args.shard)
     device = resolve_device(args.device) if machine else torch.device("cuda")
+    if args.devices:
+        if args.device != "auto":
+            raise UsageError(f"--device/--devices: give one of them (--device {args.device} runs on one device, "
+                             f"--devices {args.devices} on each of several)")
+        devices = resolve_devices(args.devices) if machine else parse_devices(args.devices)
+        device = torch.device(devices[0]) if machine else device
     on_cpu = device.type == "cpu"
     defaults = CPU_DEFAULTS if on_cpu else GPU_DEFAULTS
     scaled = [f"--{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
@@ -203,6 +216,12 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
     points = build_points(replace(args, tokens=tokens, context=context))
     if not points:
         raise UsageError("--shapes/--tokens: nothing to measure")
+    if shard is not None:
+        every = len(points)
+        points = list(shard_points(tuple(points), *shard))
+        if not points:
+            raise UsageError(f"--shard {args.shard}: the sweep has {every} point(s), so shard {shard[0]} of "
+                             f"{shard[1]} gets none; use at most {every} shards")
     modes = resolve_modes(args.modes, device)
     if not machine:
         for name in args.backends or []:

@@ -1,0 +1,222 @@
+"""Several run directories -> one (`attnbench merge`): the shards of a sweep, or any runs of one setup.
+
+Why: `--shard I/N` jobs (a Slurm array, Kubernetes) and a torchrun rank measured again each write
+their own directory; compare, export and plot read one. Rows are carried over as the text of
+their results.csv (nothing is re-formatted), so a merged run reads like one that measured it all.
+
+Refused with one line naming the directory: an input that is not a run directory (results.csv
+and env.json), one given twice, a kernel sweep beside an e2e run, runs measured with another
+GPU, attnbench, torch or kernel library (unless allow_mixed: the merged env.json then lists what
+differed), and two rows with one key but different results. A row that two inputs hold
+identically (one shard in two runs) is kept once. The merged env.json is the first input's,
+with `merged` listing every input (its shard or ranks) and the shards of a split that are absent.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from attnbench.errors import AttnbenchError
+from attnbench.results.compare import load_env
+from attnbench.results.read import ResultKind, canonical, load_run
+from attnbench.results.rundir import RESUME_MUST_MATCH, write_text_atomic
+
+MUST_MATCH = {"kernel": RESUME_MUST_MATCH, "e2e": (*RESUME_MUST_MATCH, "e2e.model_args")}
+RUN_ONLY = ("shard", "distributed", "devices")  # env.json entries that describe one input, not the merge
+EXTRA_TABLES = ("agreement.csv", "telemetry.csv")  # measured beside results.csv: merged the same way
+
+
+@dataclass
+class RunDir:
+    """One input: its env.json, and its results.csv as text rows."""
+
+    path: Path
+    kind: ResultKind
+    env: dict
+    header: list[str]
+    rows: list[dict]
+
+
+@dataclass
+class Merged:
+    kind: ResultKind
+    env: dict
+    header: list[str]
+    rows: list[dict]
+    tables: dict[str, tuple[list[str], list[dict]]] = field(default_factory=dict)  # agreement, telemetry
+    notes: list[str] = field(default_factory=list)
+
+
+def read_table(path: Path) -> tuple[list[str], list[dict]]:
+    """A CSV file's header and rows, as text."""
+    text = path.read_text(encoding="utf-8-sig")
+    csv.field_size_limit(max(csv.field_size_limit(), len(text)))  # long samples_ms cells
+    reader = csv.DictReader(io.StringIO(text))
+    return list(reader.fieldnames or []), list(reader)
+
+
+def read_run_dir(path: Path) -> RunDir:
+    """A run directory, checked as compare and export check it; AttnbenchError naming it if it is not one."""
+    if not os.path.isdir(path):
+        what = "does not exist" if not os.path.lexists(path) else "is a file"
+        raise AttnbenchError(f"{path} is not a run directory: it {what}")
+    for name in ("results.csv", "env.json"):
+        if not os.path.isfile(path / name):
+            raise AttnbenchError(f"{path} is not a run directory: it holds no {name}")
+    run = load_run(path, str(path))  # every check of a results file: kind, columns, numbers, one row per key
+    env = load_env(path, str(path))
+    try:
+        header, rows = read_table(path / "results.csv")
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise AttnbenchError(f"{path}/results.csv is unreadable ({exc})") from None
+    return RunDir(path, run.kind, env, header, rows)
+
+
+def env_value(env: dict, dotted: str):
+    for part in dotted.split("."):
+        env = env.get(part) if isinstance(env, dict) else None
+    return env
+
+
+def check_same_setup(runs: list[RunDir], allow_mixed: bool) -> dict[str, dict[str, object]]:
+    """What differs between the inputs' machines and software; refused unless allow_mixed."""
+    mixed = {}
+    for key in MUST_MATCH[runs[0].kind.name]:
+        values = {str(run.path): env_value(run.env, key) for run in runs}
+        first = runs[0]
+        other = next((run for run in runs[1:] if env_value(run.env, key) != env_value(first.env, key)), None)
+        if other is None:
+            continue
+        if not allow_mixed:
+            raise AttnbenchError(f"{other.path} was measured with {key} = {env_value(other.env, key)!r}, "
+                                 f"{first.path} with {env_value(first.env, key)!r}; merge takes runs of one setup "
+                                 "(--allow-mixed merges them anyway and records the difference)")
+        mixed[key] = values
+    return mixed
+
+
+def row_key(row: dict, kind: ResultKind) -> tuple[str, ...]:
+    """The row's key as read.py compares keys (a key column older files lack: the value it meant)."""
+    defaults = dict(getattr(kind, "defaults", ()))
+    return tuple(canonical(row.get(c, defaults.get(c, ""))) for c in kind.key)
+
+
+def describe_key(row: dict, kind: ResultKind) -> str:
+    return " ".join(f"{c}={row.get(c)}" for c in kind.key if row.get(c) not in ("", None))
+
+
+def union_rows(sources: list[tuple[Path, list[str], list[dict]]], key, describe=str) -> tuple[list[str], list[dict], int]:
+    """Every row once: (header, rows, identical rows dropped). key(row) identifies a measurement;
+    two rows with one key must be equal in every column, else AttnbenchError."""
+    header = list(dict.fromkeys(c for _, h, _ in sources for c in h))
+    seen: dict[tuple, tuple[Path, dict]] = {}
+    rows, dropped = [], 0
+    for path, _, part in sources:
+        for row in part:
+            k = key(row)
+            if k not in seen:
+                seen[k] = (path, row)
+                rows.append(row)
+                continue
+            first_path, first = seen[k]
+            if any(canonical(first.get(c) or "") != canonical(row.get(c) or "") for c in header):
+                raise AttnbenchError(f"{first_path} and {path} both hold {describe(row)} with different results; "
+                                     "a merged run holds each measurement once (leave one of them out)")
+            dropped += 1
+    return header, rows, dropped
+
+
+def merge_runs(runs: list[RunDir], allow_mixed: bool, command: str) -> Merged:
+    real = [os.path.realpath(run.path) for run in runs]
+    for i, path in enumerate(real):
+        if path in real[:i]:
+            raise AttnbenchError(f"{runs[i].path} is given twice")
+    kind = runs[0].kind
+    for run in runs[1:]:
+        if run.kind != kind:
+            raise AttnbenchError(f"{runs[0].path} is {kind.describe()} and {run.path} {run.kind.describe()}: "
+                                 "merge takes runs of one kind")
+    mixed = check_same_setup(runs, allow_mixed)
+    header, rows, dropped = union_rows([(r.path, r.header, r.rows) for r in runs], lambda row: row_key(row, kind),
+                                       lambda row: describe_key(row, kind))
+    merged = Merged(kind, merged_env(runs, command, mixed, dropped), header, rows)
+    for name in EXTRA_TABLES:
+        merged.tables[name] = extra_table(runs, name)
+    merged.notes = notes(merged.env["merged"], dropped)
+    return merged
+
+
+def extra_table(runs: list[RunDir], name: str) -> tuple[list[str], list[dict]]:
+    """agreement.csv (e2e) or telemetry.csv: every input's rows, identical rows once."""
+    sources = [(run.path, *read_table(run.path / name)) for run in runs if os.path.isfile(run.path / name)]
+    header, rows, _ = union_rows(sources, key=lambda row: tuple(row.values()))
+    return header, rows
+
+
+def merged_env(runs: list[RunDir], command: str, mixed: dict, dropped: int) -> dict:
+    env = {k: v for k, v in copy.deepcopy(runs[0].env).items() if k not in RUN_ONLY}
+    env["command"] = command
+    inputs = []
+    for run in runs:
+        entry = {"dir": str(run.path), "rows": len(run.rows), "command": run.env.get("command"),
+                 "timestamp": run.env.get("timestamp"), "git_sha": run.env.get("git_sha"),
+                 "gpu": env_value(run.env, "gpu.name") or "cpu"}
+        entry.update({k: run.env[k] for k in RUN_ONLY if k in run.env})
+        inputs.append(entry)
+    env["merged"] = {"inputs": inputs, "identical_rows_dropped": dropped, **({"mixed": mixed} if mixed else {}),
+                     **shard_coverage(runs)}
+    return env
+
+
+def shard_coverage(runs: list[RunDir]) -> dict:
+    """Which shards of a split the inputs hold (torchrun ranks that finished count as their shard)."""
+    held: dict[int, set[int]] = {}
+    for run in runs:
+        shard = run.env.get("shard")
+        if isinstance(shard, dict):
+            held.setdefault(shard["count"], set()).add(shard["index"])
+        ranks = (run.env.get("distributed") or {}).get("ranks", [])
+        for rank in ranks:
+            if rank.get("status") == "ok":
+                held.setdefault(len(ranks), set()).add(rank["rank"])
+    if not held:
+        return {}
+    return {"shards": {f"/{n}": sorted(held[n]) for n in sorted(held)},
+            "missing_shards": [f"{i}/{n}" for n in sorted(held) for i in range(n) if i not in held[n]]}
+
+
+def notes(merged: dict, dropped: int) -> list[str]:
+    lines = []
+    if merged.get("missing_shards"):
+        lines.append(f"shard(s) {', '.join(merged['missing_shards'])} are not among the inputs: their points are "
+                     "missing from the merged run")
+    if len(merged.get("shards", {})) > 1:
+        lines.append(f"the inputs are shards of different splits ({', '.join(merged['shards'])})")
+    if dropped:
+        lines.append(f"{dropped} row(s) held identically by two inputs were kept once")
+    if merged.get("mixed"):
+        lines.append(f"--allow-mixed: the inputs differ in {', '.join(merged['mixed'])} (env.json: merged.mixed)")
+    return lines
+
+
+def write_table(path: Path, header: list[str], rows: list[dict]) -> None:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=header, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_atomic(path, buffer.getvalue())
+
+
+def write_merged(merged: Merged, out_dir: Path) -> None:
+    """results.csv, env.json and the extra tables; the outputs made from them are the caller's."""
+    write_table(out_dir / "results.csv", merged.header, merged.rows)
+    for name, (header, rows) in merged.tables.items():
+        if rows:
+            write_table(out_dir / name, header, rows)
+    write_text_atomic(out_dir / "env.json", json.dumps(merged.env, indent=2, default=str) + "\n")
