@@ -83,6 +83,9 @@ class FakePrefill(FakeWrapper):
 
     def plan(self, qo_indptr, indptr, indices, last, num_qo_heads, num_kv_heads, head_dim, page_size, *, causal,
              sm_scale, q_data_type, kv_data_type):
+        rows = int(qo_indptr[-1])  # graph mode: no more query rows than the first plan's (prefill.py plan)
+        self.max_rows = getattr(self, "max_rows", None) or rows
+        assert not self.graph or rows <= self.max_rows
         self.store(page_size, sm_scale, q_data_type, causal, qo=qo_indptr, indptr=indptr, indices=indices, last=last)
 
     def run(self, q, kv, out):
@@ -92,7 +95,9 @@ class FakePrefill(FakeWrapper):
 class FakeDecode(FakeWrapper):
     BUFFERS = {"paged_kv_indptr_buffer": "indptr", "paged_kv_indices_buffer": "indices",
                "paged_kv_last_page_len_buffer": "last"}
-    PLAN_INFO = [0] * 10  # a DecodePlanInfo without split-KV
+    # tensor-core decode (and POD's decode side) plan with the fa2 prefill planner (decode.py plan,
+    # pod.py plan): a PrefillPlanInfo, 16-row query tiles, here without split-KV
+    PLAN_INFO = [0, 0, 0, 16] + [0] * 11
 
     def plan(self, indptr, indices, last, num_qo_heads, num_kv_heads, head_dim, page_size, *, sm_scale,
              q_data_type, kv_data_type):

@@ -102,8 +102,8 @@ def test_split_routes_decode_rows_to_batch_decode_and_the_rest_to_batch_prefill(
     assert pre.runs[0].data_ptr() == inputs.q[decodes:].data_ptr() and pre.runs[0].shape[0] == 12
     assert pre.plans[0]["qo"].tolist() == [0, 12] and pre.plans[0]["causal"]
     assert plan.details == {"fi_graph_mode": False, "fi_decode_wrapper": "BatchDecode", "fi_decode_tensor_cores": True,
-                            "fi_decode_split_kv": False, "fi_prefill_backend": "fa2", "fi_prefill_split_kv": True,
-                            "fi_prefill_cta_tile_q": 0}
+                            "fi_decode_split_kv": False, "fi_decode_cta_tile_q": 16, "fi_prefill_backend": "fa2",
+                            "fi_prefill_split_kv": True, "fi_prefill_cta_tile_q": 0}
 
 
 def test_spec_decode_rows_go_through_the_prefill_wrapper():
@@ -131,6 +131,9 @@ def test_a_batch_pod_cannot_take_is_refused_with_the_reason():
     with pytest.raises(ValueError, match="one prefill request beside the decodes, this batch has 2"):
         FlashInferBackend(FakeFlashInfer()).plan("fused", point("mixed"), build_split(batch, table))
     assert "one query token per request" in fused_refusal(3, 4, 1)
+    assert "GQA group of 32" in fused_refusal(3, 1, 1, 32) and fused_refusal(3, 1, 1, 16) is None  # pod.cu tiles
+    assert "GQA group of 32" in FlashInferBackend(FakeFlashInfer()).supports(
+        point("mixed", num_heads=32, num_kv_heads=1), "fused", CPU)
     assert fused_refusal(0, 1, 2) is None and fused_refusal(3, 4, 0) is None  # one part: it runs alone
 
 

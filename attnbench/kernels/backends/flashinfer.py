@@ -129,7 +129,8 @@ class FlashInferBackend(Backend):
             return reason
         batch = build_batch(point)
         decode = [q for q, d in zip(batch.query_lens, batch.is_decode) if d]
-        return fused_refusal(len(decode), decode[0] if decode else 1, batch.num_seqs - len(decode))
+        return fused_refusal(len(decode), decode[0] if decode else 1, batch.num_seqs - len(decode),
+                             point.num_heads // point.num_kv_heads)
 
     # --- planning ------------------------------------------------------------------------------
 

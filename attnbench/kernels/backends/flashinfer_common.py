@@ -107,7 +107,9 @@ def float_overflow(exc: BaseException) -> int | None:
 
 
 class Workspace:
-    """The float workspace of one backend instance: one buffer per device, grown on demand."""
+    """The float workspace of one backend instance: one buffer per device, grown on demand. Zeroed,
+    as FlashInfer asks of a float workspace's first use (decode.py BatchDecode...Wrapper.__init__)
+    and vLLM allocates its own."""
 
     def __init__(self, nbytes: int = FLOAT_WORKSPACE_BYTES):
         self.nbytes = nbytes
@@ -116,14 +118,14 @@ class Workspace:
 
     def get(self, device: torch.device) -> torch.Tensor:
         if device not in self.buffers:
-            self.buffers[device] = torch.empty(self.nbytes, dtype=torch.uint8, device=device)
+            self.buffers[device] = torch.zeros(self.nbytes, dtype=torch.uint8, device=device)
             self.generation.setdefault(device, 0)
         return self.buffers[device]
 
     def grow(self, device: torch.device, needed: int) -> None:
         """Replace the device's buffer by one with room for `needed` more bytes (and some spare)."""
         size = self.get(device).numel() + needed + needed // 4 + (16 << 20)
-        self.buffers[device] = torch.empty(size, dtype=torch.uint8, device=device)
+        self.buffers[device] = torch.zeros(size, dtype=torch.uint8, device=device)
         self.generation[device] += 1
 
 

@@ -14,6 +14,11 @@ take different inputs:
   k_p.size(0)). 0.6.6's BatchPODWithPagedKVCacheWrapper takes many paged prefill requests, but has
   no CUDA-graph mode and is not in the GPU machine's pack.
 
+The decode side's kernel runs 16-row query tiles (csrc/pod.cu: `constexpr size_t CTA_TILE_Q = 16`),
+but its planner tiles each request's group_size packed query rows by FA2DetermineCtaTileQ (utils.cuh:
+16 up to 16 rows, 64 or 128 above), so a GQA group above 16 query heads per KV head would leave rows
+unwritten: such batches are refused.
+
 So the fused launch gathers the prefill request's pages into two buffers the plan owns (two
 index_select kernels: K/V change every layer and every step, and the launch is the only code that
 sees the cache), and POD's run returns new output tensors, which are copied into `out` (two
@@ -40,11 +45,16 @@ from attnbench.kernels.metadata import SplitMetadata
 from attnbench.kernels.workload import SweepPoint
 
 POD_EXTRA_KERNELS = "2 index_select (prefill K/V pages to contiguous) + 2 copies (POD's outputs to out)"
+POD_MAX_GROUP = 16  # csrc/pod.cu's decode CTA_TILE_Q: the planner's tile for groups of up to 16
 
 
-def fused_refusal(num_decode_seqs: int, decode_query_len: int, num_prefill_seqs: int) -> str | None:
+def fused_refusal(num_decode_seqs: int, decode_query_len: int, num_prefill_seqs: int,
+                  group_size: int = 1) -> str | None:
     """Why POD cannot run a batch with these parts, or None when it can (or when a part is missing:
-    then there is nothing to fuse, and the other part runs alone)."""
+    then there is nothing to fuse, and the other part runs alone). group_size: query heads per KV head."""
+    if num_prefill_seqs and num_decode_seqs and group_size > POD_MAX_GROUP:
+        return (f"fused: POD's decode side runs {POD_MAX_GROUP}-row query tiles (csrc/pod.cu), so GQA groups of at "
+                f"most {POD_MAX_GROUP} query heads per KV head; this point has a GQA group of {group_size}")
     if num_decode_seqs and num_prefill_seqs > 1:
         return (f"fused: FlashInfer's POD runs one prefill request beside the decodes, this batch has "
                 f"{num_prefill_seqs} (PODWithPagedKVCacheWrapper.run takes one request's k_p, v_p)")
@@ -59,7 +69,7 @@ def pod_part(fi: Any, point: SweepPoint, md: SplitMetadata,
     """One POD launch over the whole batch (decode tokens first). `planned(kind, key, device, make,
     plan)` is the backend's wrapper source: a reused or new wrapper, planned, and its lease."""
     dec, pre = md.decode, md.prefill
-    refusal = fused_refusal(dec.num_seqs, dec.query_len, pre.num_seqs)
+    refusal = fused_refusal(dec.num_seqs, dec.query_len, pre.num_seqs, point.num_heads // point.num_kv_heads)
     if refusal:
         raise ValueError(refusal)
     device, dtype, page = dec.cache_seqlens.device, torch_dtype(point.dtype), point.block_size
