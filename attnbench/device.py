@@ -26,3 +26,12 @@ def resolve_device(name: str) -> torch.device:
 def device_name(device: torch.device) -> str | None:
     """The GPU's name, or None on the CPU."""
     return torch.cuda.get_device_name(device) if device.type == "cuda" else None
+
+
+def select(device: torch.device) -> torch.device:
+    """Make `device` the current CUDA device (a no-op on the CPU). CUDA events, streams and graph
+    captures are made on the current device, not the tensors': timing cuda:1 from a process whose
+    current device is cuda:0 would record its events on the wrong GPU."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device

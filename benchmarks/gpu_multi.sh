@@ -56,9 +56,11 @@ for part in "$@"; do
       timed seed-devices "$(left 110)" python3 -m attnbench run $SEED --devices all --out "$RUN/seed-devices"
       timed seed-torchrun "$(left 130)" "${torchrun[@]}" -m attnbench kernel "${SEED_FLAGS[@]}" \
         --out "$RUN/seed-torchrun"
+      # each shard sees one GPU as cuda:0: a one-process run on --device cuda:1 never makes cuda:1 the
+      # current device, so its CUDA events and graph capture stream would sit on GPU 0 (its rows say cuda:0)
       timed seed-shards "$(left 110)" bash -c '
-        python3 -m attnbench run "$1" --shard 0/2 --device cuda:0 --out "$2/shard-0" > "$2/shard-0.log" 2>&1 & a=$!
-        python3 -m attnbench run "$1" --shard 1/2 --device cuda:1 --out "$2/shard-1" > "$2/shard-1.log" 2>&1 & b=$!
+        CUDA_VISIBLE_DEVICES=0 python3 -m attnbench run "$1" --shard 0/2 --device cuda:0 --out "$2/shard-0" > "$2/shard-0.log" 2>&1 & a=$!
+        CUDA_VISIBLE_DEVICES=1 python3 -m attnbench run "$1" --shard 1/2 --device cuda:0 --out "$2/shard-1" > "$2/shard-1.log" 2>&1 & b=$!
         wait $a; ra=$?; wait $b; rb=$?; tail -n 2 "$2/shard-0.log" "$2/shard-1.log"
         [ $ra -eq 0 ] && [ $rb -eq 0 ] && python3 -m attnbench merge "$2/shard-0" "$2/shard-1" --out "$2/seed-shards"' \
         _ $SEED "$RUN"
@@ -102,9 +104,7 @@ PY
         --strategy unified,split --mode graph --batch-size 4 --input-len 64 --output-len 32 \
         --out "$OUT/tp-agreement.json"
       grep -E "^TP 2 vs TP 1" "$OUT/tp-agreement.log" >> "$SUMMARY"
-      limit=$((520 - (SECONDS - start)))
-      [ "$limit" -gt 330 ] && limit=330
-      step tp-e2e "$limit" "${torchrun[@]}" -m attnbench e2e --model llama-2-70b --tp 2 --backend vllm-fa3 \
+      step tp-e2e "$(left 330)" "${torchrun[@]}" -m attnbench e2e --model llama-2-70b --tp 2 --backend vllm-fa3 \
         --strategy unified,split --input-len 32,512 --output-len 128,32 --batch-size 1,8,32 --warmup 1 --iters 3 \
         --out "$RUN/tp-e2e"
       [ -f "$RUN/tp-e2e/summary.md" ] && cp "$RUN/tp-e2e/summary.md" "$OUT/tp-e2e-summary.md"

@@ -20,7 +20,7 @@ import torch
 from rich.console import Console
 
 from attnbench.console import default_out_dir, emit_json, print_seed_table, progress
-from attnbench.device import device_name
+from attnbench.device import device_name, select
 from attnbench.errors import UsageError
 from attnbench.interrupts import SignalReceived, interrupted, signals_raise
 from attnbench.kernels.plan import KernelArgs, check_measured, plan_sweep
@@ -86,7 +86,7 @@ def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
     for notice in plan.notices:  # every flag is valid by now: an error is always the only line
         console.print(f"[yellow]{notice}[/]")
     devices = resolve_devices(args.devices) if args.devices else None
-    gpu_name = device_name(torch.device(plan.device))
+    gpu_name = device_name(select(torch.device(plan.device)))
     out_dir = rundir.claim(args.out, args.resume, args.force, default_out_dir(gpu_name or "cpu", "kernel"))
     with rundir.locked(out_dir):
         env = run_env(command, args, plan)

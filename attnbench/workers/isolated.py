@@ -14,6 +14,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
+import torch
+
+from attnbench.device import select
 from attnbench.kernels.sweep import PointRunner, SweepPlan, point_row
 from attnbench.kernels.workload import SweepPoint
 from attnbench.workers.pool import WorkerPool, after_dead_context
@@ -21,6 +24,8 @@ from attnbench.workers.pool import WorkerPool, after_dead_context
 
 def point_handler(plan: SweepPlan, gpu_name: str | None) -> Callable:
     """Worker side: measure a point, sending each row as it is made."""
+    select(torch.device(plan.device))  # a spawned worker starts on cuda:0 whatever the plan's device
+
     def handle(point: SweepPoint, send: Callable) -> None:
         for row in PointRunner(plan, point, gpu_name).rows():
             send(row)

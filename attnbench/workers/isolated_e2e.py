@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from attnbench.device import select
 from attnbench.e2e.runner import E2EArgs, ModelSpec, failed_rows, run_point
 from attnbench.workers.pool import WorkerPool, after_dead_context
 
@@ -24,6 +25,7 @@ Measure = Callable[[dict], tuple[list[dict], list[dict]]]  # a point's fields ->
 
 def point_handler(spec: ModelSpec, args: E2EArgs, plans: dict, profile_out: Path | None) -> Callable:
     """Worker side: build the model once, then measure each point it is sent."""
+    select(spec.device)  # a spawned worker starts on cuda:0 whatever the run's device
     engines = spec.build()
 
     def handle(fields: dict, send: Callable) -> None:
