@@ -11,6 +11,8 @@
 #   5. what FlashInfer chose for each plan of step 3's points, and a short table of times, last.
 # FlashInfer 0.6.6 comes from the pack (../shared/device/README.md, FlashInfer). From the repo root,
 # carrying .device-fi:  source .device-fi/bootstrap_fi.sh && bash benchmarks/gpu_flashinfer.sh
+# (with vllm-fa3 too: carry .device/bootstrap.sh and .device/vllm-fa as well, and source
+# .device/bootstrap.sh first; all of .device plus .device-fi is over the 64 MiB carry limit)
 set -u
 OUT=${OUT:-$PWD/gpu-flashinfer}
 mkdir -p "$OUT"
@@ -35,8 +37,13 @@ grep -iE "^pod|pack:|POD \(" "$OUT/warm-pod.log" | tail -n 6
 
 step gpu-tests "$(cap 120 150)" python3 -m pytest -q -rs -p no:cacheprovider tests/test_flashinfer.py -k OnTheGPU
 
+# vllm-fa3 beside FlashInfer when .device was carried and sourced first (FA3 ships Hopper code: no
+# compile), so the libraries are compared in one run; one replicate to fit the step (ratios inside
+# one run are solid, absolute numbers need replicates)
+kernel_backends=reference,flashinfer,flashinfer-ba
+python3 -c "import vllm.vllm_flash_attn" 2>/dev/null && kernel_backends=$kernel_backends,vllm-fa3
 step kernel "$(cap 120 90)" python3 -m attnbench kernel --heads 32 --kv-heads 8 --dim 128 \
-  --backend reference,flashinfer,flashinfer-ba --strategy unified,split,fused --tokens 64,1000 --budget-ms 300 \
+  --backend "$kernel_backends" --strategy unified,split,fused --tokens 64,1000 --budget-ms 200 --replicates 1 \
   --out "$OUT/fi"
 
 step e2e "$(cap 150 25)" python3 -m attnbench e2e --model llama-7b --backend flashinfer --strategy unified,split,fused \
