@@ -25,7 +25,7 @@ def kernel(
     kv_heads: Annotated[Optional[int], typer.Option(help="KV heads (GQA); default = heads. Example: --kv-heads 8")] = None,
     tokens: Annotated[Optional[str], typer.Option(help="Query-token counts N per batch (default 100,500,1000 on GPU; 10,50,100 on CPU). Example: --tokens 100,500,1000")] = None,
     kind: Annotated[str, typer.Option(help="Batch kinds: decode, prefill, mixed, prefix, specdec, or all. Example: --kind decode,mixed")] = "all",
-    strategy: Annotated[str, typer.Option(help="Strategies. Example: --strategy unified,split")] = "unified,split",
+    strategy: Annotated[str, typer.Option(help="Strategies: unified, split, fused (fused where a backend has it: attnbench backends). Example: --strategy unified,split,fused")] = "unified,split",
     backend: Annotated[Optional[str], typer.Option(help="Backends (default: every available kernel backend; reference on CPU). Example: --backend vllm-fa2")] = None,
     mode: Annotated[str, typer.Option(help="Timing mode: eager, graph or both (both on GPU, eager on CPU by default). Example: --mode graph")] = "",
     dtype: Annotated[str, typer.Option(help="bf16 or fp16. Example: --dtype fp16")] = "bf16",
