@@ -23,7 +23,9 @@ def e2e(
     chunk_size: Annotated[Optional[int], typer.Option(help="Chunked prefill: token budget per step, which makes mixed prefill+decode batches (default: whole prefill). Example: --chunk-size 256")] = None,
     strategy: Annotated[str, typer.Option(help="Attention strategies. Example: --strategy unified,split")] = "unified,split",
     backend: Annotated[Optional[str], typer.Option(help="Attention backends (default: every available kernel backend; reference on CPU). Example: --backend vllm-fa2")] = None,
-    eager: Annotated[bool, typer.Option(help="No CUDA graphs: decode steps run eagerly too. Example: --eager")] = False,
+    eager: Annotated[bool, typer.Option(help="No CUDA graphs: the same as --cudagraph none. Example: --eager")] = False,
+    cudagraph: Annotated[str, typer.Option(help="CUDA graph mode: none (eager), decode (decode steps replay graphs, prefill and mixed steps eager), full (every step replays a graph, buckets over tokens and sequences, captured on first use in the untimed check run); piecewise is not built yet. On the CPU, or a backend that cannot be captured, rows fall back to none with a note. Example: --cudagraph full")] = "decode",
+    graph_policy: Annotated[str, typer.Option(help="With --cudagraph full: safe (static max_seqlen upper bounds, padded cu_seqlens) or naive (metadata as it comes: the seed's graph bug, which the agreement check should call MISMATCH). Example: --cudagraph full --graph-policy naive")] = "safe",
     dtype: Annotated[str, typer.Option(help="bf16 or fp16. Example: --dtype fp16")] = "bf16",
     block_size: Annotated[int, typer.Option(help="KV cache block size, a multiple of 16. Example: --block-size 32")] = 16,
     warmup: Annotated[int, typer.Option(help="Warm-up runs per row (as vllm bench latency). Example: --warmup 2")] = 10,
@@ -47,6 +49,7 @@ def e2e(
     Examples: attnbench e2e --model llama-7b;
     attnbench e2e --model qwen-14b --input-len 512 --output-len 32 --chunk-size 256;
     attnbench e2e --model ./checkpoints/my-llama --eager;
+    attnbench e2e --model llama-7b --chunk-size 256 --cudagraph full;
     python -m torch.distributed.run --nproc-per-node 2 -m attnbench e2e --model llama-2-70b --tp 2
     """
     values = dict(locals())  # every flag, by parameter name

@@ -13,7 +13,8 @@ the engine's max_model_len (the static max_seqlen_k of KERNELS.md's recipe); its
 buffers the live batch is copied into. Padding rows are harmless: they attend to zero keys
 (seqused_k / cache_seqlens = 0) and write their K/V into a scratch block no block table names.
 Prefill and mixed (chunked-prefill) steps run eagerly: a graph captured on a decode batch froze
-max_seqlen_q = 1 and is not valid for them (KERNELS.md, "CUDA graphs and varlen"). Under tensor
+max_seqlen_q = 1 and is not valid for them (KERNELS.md, "CUDA graphs and varlen"); `graphs="full"`
+replays every step kind from graphs bucketed over tokens and sequences (graphs.py). Under tensor
 parallelism each rank captures its own graphs, NCCL all-reduces inside, and every rank replays the
 same bucket at the same step, since every rank runs the same schedule.
 """
@@ -29,6 +30,7 @@ from typing import Callable
 import torch
 
 from attnbench.e2e.attention import PagedAttention
+from attnbench.e2e.graphs import BUILT_MODES, GRAPH_NOTE, FullGraphs, graph_buckets  # noqa: F401 (re-exported)
 from attnbench.e2e.model import ModelArgs, Transformer
 from attnbench.e2e.scheduler import KVCache, Sequence, schedule
 from attnbench.errors import AttnbenchError
@@ -36,15 +38,6 @@ from attnbench.kernels.backends.base import Plan
 from attnbench.kernels.metadata import SplitMetadata, VarlenMetadata, build_metadata
 from attnbench.kernels.workload import Batch
 from attnbench.results.profiling import nvtx_range
-
-GRAPH_NOTE = "decode steps replay CUDA graphs (buckets {buckets}); prefill and mixed steps run eagerly"
-
-
-def graph_buckets(max_num_seqs: int) -> list[int]:
-    """nano-vllm's batch buckets: 1, 2, 4, 8, then every 16, up to max_num_seqs (always included)."""
-    buckets = [b for b in [1, 2, 4, 8, *range(16, max_num_seqs + 1, 16)] if b <= max_num_seqs]
-    return buckets if buckets[-1] == max_num_seqs else buckets + [max_num_seqs]
-
 
 @dataclass
 class Step:
@@ -87,15 +80,26 @@ class Generation:
 
 class Engine:
     def __init__(self, model: Transformer, cache: KVCache, attn: PagedAttention, max_num_seqs: int,
-                 max_model_len: int, chunk_size: int | None = None, graphs: bool = False):
+                 max_model_len: int, chunk_size: int | None = None, graphs: bool | str = False,
+                 graph_policy: str = "safe"):
+        """graphs: False / "none" (eager), True / "decode" (decode graphs), "full" (every step)."""
         self.model, self.cache, self.attn = model, cache, attn
         self.max_num_seqs, self.max_model_len = max_num_seqs, max_model_len
         self.token_budget = chunk_size or sys.maxsize
         self.device = model.tok_embeddings.device
         self.cuda = self.device.type == "cuda"
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        if graphs:
+        self.graph_mem_bytes = 0
+        mode = {False: "none", True: "decode"}.get(graphs, graphs)
+        if mode not in BUILT_MODES:
+            raise AttnbenchError(f"CUDA graph mode {mode!r} is not built; choose from {', '.join(BUILT_MODES)}")
+        self.full = FullGraphs(self, graph_policy) if mode == "full" else None
+        if mode == "decode":
             self.capture()
+
+    def graph_stats(self) -> tuple[int, int]:
+        """How many graphs this engine captured, and the device memory (bytes) their capture reserved."""
+        return (len(self.full.graphs), self.full.mem_bytes) if self.full else (len(self.graphs), self.graph_mem_bytes)
 
     # --- host side ---------------------------------------------------------------------------
 
@@ -129,6 +133,8 @@ class Engine:
 
     def load(self, step: Step) -> Callable[[], torch.Tensor]:
         """Move the step to the device; return the launch (eager forward or graph replay)."""
+        if self.full is not None:
+            return self.full.load(step)
         if step.kind == "decode" and self.graphs:
             return self._load_graph(step)
         metadata = build_metadata(self.attn.strategy, step.batch, step.block_table).to(self.device)
@@ -168,7 +174,7 @@ class Engine:
         # under a tensor-parallel process group the NCCL watchdog thread queries events while this thread
         # captures; "thread_local" keeps its queries from invalidating the capture (pytorch#104555)
         mode = "thread_local" if torch.distributed.is_initialized() else "global"
-        pool = None
+        pool, reserved = None, torch.cuda.memory_reserved(self.device)
         for bucket in reversed(self.buckets):
             md = self.static_md[bucket] = self._static_metadata(bucket)
             self._kv_buffers(md)[0].zero_()  # capture on padding rows only: nothing read or kept
@@ -182,6 +188,7 @@ class Engine:
             pool = pool or graph.pool()
             self.graphs[bucket] = graph
         torch.cuda.synchronize(self.device)
+        self.graph_mem_bytes = torch.cuda.memory_reserved(self.device) - reserved
 
     def _load_graph(self, step: Step) -> Callable[[], torch.Tensor]:
         n = len(step.rows)
@@ -226,13 +233,14 @@ class Engine:
             torch.cuda.synchronize(self.device)
         start = time.perf_counter()
         while not all(seq.finished for seq in seqs):
-            host_start = time.perf_counter()
+            host_start, captured = time.perf_counter(), self.full.capture_s if self.full else 0.0
             step = self.prepare(schedule(seqs, self.token_budget))
             launch = self.load(step)
-            graph = step.kind == "decode" and bool(self.graphs)
+            graph = self.full is not None or (step.kind == "decode" and bool(self.graphs))
             device_start = time.perf_counter()
+            capture_s = self.full.capture_s - captured if self.full else 0.0  # a first-use capture is not host time
             records.append(StepRecord(step.kind, len(step.rows), len(step.input_ids), graph,
-                                      (device_start - host_start) * 1e6))
+                                      (device_start - host_start - capture_s) * 1e6))
             if self.cuda:
                 events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
                 events[-1][0].record()

@@ -18,7 +18,8 @@ import torch
 
 from attnbench.e2e.attention import PagedAttention
 from attnbench.e2e.checkpoint import load_hf_checkpoint, read_hf_config
-from attnbench.e2e.engine import GRAPH_NOTE, Engine, graph_buckets
+from attnbench.e2e.engine import Engine
+from attnbench.e2e.graphs import check_cudagraph
 from attnbench.e2e.model import PRESETS, ModelArgs, Transformer, fused, random_model
 from attnbench.e2e.parallel import MAX_TP, SINGLE, TensorParallel, all_reduce_outputs_, random_rank_model
 from attnbench.e2e.report import FAILING, compare_generations, run_metrics, worst
@@ -52,7 +53,9 @@ class E2EArgs:
     chunk_size: int | None = None
     strategies: list[str] = DEFAULT_STRATEGIES
     backends: list[str] | None = None
-    eager: bool = False
+    eager: bool = False  # the same as cudagraph="none"
+    cudagraph: str = "decode"  # --cudagraph none|decode|full (graphs.CUDAGRAPH_MODES)
+    graph_policy: str = "safe"  # --graph-policy: how full graphs take metadata (graphsafe.POLICIES)
     dtype: str = "bf16"
     block_size: int = 16
     warmup: int = 10
@@ -112,6 +115,7 @@ def validate_args(args: E2EArgs) -> None:
         if used and args.tp > 1:
             raise UsageError(f"{flag} cannot be combined with --tp {args.tp} yet: every rank must run the same steps "
                              "in the one process that holds its share of the model")
+    check_cudagraph(args)
     check_strategies(args.strategies)
     for flag, values in [("--batch-size", args.batch_sizes), ("--strategy", args.strategies),
                          ("--backend", args.backends or [])]:
@@ -163,7 +167,7 @@ def attention_point(args: ModelArgs, dtype: str, block_size: int) -> SweepPoint:
 
 
 class ModelEngines:
-    """The model, the KV cache and one engine per (backend, strategy, graphs), made on first use."""
+    """The model, the KV cache and one engine per (backend, strategy, graph mode), made on first use."""
 
     def __init__(self, model: Transformer, max_num_seqs: int, max_model_len: int, block_size: int = 16,
                  chunk_size: int | None = None, seed: int = 0):
@@ -172,15 +176,17 @@ class ModelEngines:
         self.point = attention_point(model.args, str(dtype).removeprefix("torch."), block_size)
         self.cache = KVCache(model.args, KVCache.blocks_for(max_num_seqs, max_model_len, block_size), block_size,
                              dtype, model.tok_embeddings.device, seed)
-        self.engines: dict[tuple[str, str, bool], Engine] = {}
+        self.engines: dict[tuple[str, str, str, str], Engine] = {}
         model.setup_rope(max_model_len)
 
-    def engine(self, backend: str, strategy: str, graphs: bool) -> Engine:
-        key = (backend, strategy, graphs)
+    def engine(self, backend: str, strategy: str, graphs: bool | str, graph_policy: str = "safe") -> Engine:
+        """graphs: False / "none", True / "decode", or "full" (Engine's)."""
+        mode = {False: "none", True: "decode"}.get(graphs, graphs)
+        key = (backend, strategy, mode, graph_policy if mode == "full" else "")
         if key not in self.engines:
             attn = PagedAttention(get_backend(backend), strategy, self.point, self.cache.k, self.cache.v)
             self.engines[key] = Engine(self.model, self.cache, attn, self.max_num_seqs, self.max_model_len,
-                                       self.chunk_size, graphs)
+                                       self.chunk_size, mode, graph_policy)
         return self.engines[key]
 
 
@@ -213,27 +219,18 @@ class ModelSpec:
         return ModelEngines(model, self.max_num_seqs, self.max_model_len, self.block_size, self.chunk_size, self.seed)
 
 
-def graph_mode(backend: str, device: torch.device, eager: bool, max_num_seqs: int) -> tuple[bool, str]:
-    if eager:
-        return False, "eager (--eager)"
-    if device.type != "cuda":
-        return False, f"eager: CUDA graphs need a GPU (this run is on {device.type})"
-    if not get_backend(backend).graph_safe:
-        return False, f"eager: the {backend} backend cannot be captured in a CUDA graph"
-    return True, GRAPH_NOTE.format(buckets=",".join(map(str, graph_buckets(max_num_seqs))))
-
-
-def row_head(fields: dict, backend: str, strategy: str, plan: tuple[bool, str]) -> dict:
+def row_head(fields: dict, backend: str, strategy: str, plan: tuple[str, str], graph_policy: str = "safe") -> dict:
     """A row's point, backend, library, strategy and mode: what it is, before what it measured."""
     package, version = get_backend(backend).library()
-    graphs, note = plan
+    cudagraph, note = plan
     return {**fields, "backend": backend, "library": package, "library_version": version, "strategy": strategy,
-            "mode": "graph" if graphs else "eager", "graph_note": note}
+            "mode": "eager" if cudagraph == "none" else "graph", "cudagraph": cudagraph,
+            "graph_policy": graph_policy if cudagraph == "full" else "", "graph_note": note}
 
 
 def failed_rows(args: E2EArgs, plans: dict, fields: dict, verdict: str, reason: str) -> list[dict]:
     """The rows of a point lost as a whole (its worker timed out or crashed): one per backend x strategy."""
-    return [{**row_head(fields, backend, strategy, plan), "verdict": verdict, "reason": reason, "agreement": ""}
+    return [{**row_head(fields, backend, strategy, plan, args.graph_policy), "verdict": verdict, "reason": reason, "agreement": ""}
             for backend, plan in plans.items() for strategy in args.strategies]
 
 
@@ -244,13 +241,16 @@ def run_point(engines: ModelEngines, args: E2EArgs, plans: dict, fields: dict, p
     prompts = make_prompts(fields["batch_size"], fields["input_len"], engines.model.args.vocab_size, args.seed)
     output_len = fields["output_len"]
     rows, checks, agreements = [], {}, []
-    for backend, (graphs, note) in plans.items():
+    for backend, (cudagraph, note) in plans.items():
+        graphs = cudagraph != "none"
         mode = "graph" if graphs else "eager"
         for strategy in args.strategies:
-            row = row_head(fields, backend, strategy, (graphs, note))
+            row = row_head(fields, backend, strategy, (cudagraph, note), args.graph_policy)
             try:
-                engine = engines.engine(backend, strategy, graphs)
+                engine = engines.engine(backend, strategy, cudagraph, args.graph_policy)
                 check = checks[(backend, strategy, mode)] = engine.generate(prompts, output_len, record_logits=True)
+                count, reserved = engine.graph_stats()  # full graphs are captured on first use: by the check run
+                row.update(graphs=count, graph_mem_mb=round(reserved / 2**20, 1))
                 for _ in range(args.warmup):
                     engine.generate(prompts, output_len)
                 measured = [engine.generate(prompts, output_len) for _ in range(args.iters)]

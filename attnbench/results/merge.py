@@ -24,7 +24,7 @@ from pathlib import Path
 
 from attnbench.errors import AttnbenchError
 from attnbench.results.compare import load_env
-from attnbench.results.read import ResultKind, canonical, load_run
+from attnbench.results.read import ResultKind, canonical, load_run, row_default
 from attnbench.results.rundir import RESUME_MUST_MATCH, write_text_atomic
 
 MUST_MATCH = {"kernel": RESUME_MUST_MATCH, "e2e": (*RESUME_MUST_MATCH, "e2e.model_args")}
@@ -103,8 +103,7 @@ def check_same_setup(runs: list[RunDir], allow_mixed: bool) -> dict[str, dict[st
 
 def row_key(row: dict, kind: ResultKind) -> tuple[str, ...]:
     """The row's key as read.py compares keys (a key column older files lack: the value it meant)."""
-    defaults = dict(getattr(kind, "defaults", ()))
-    return tuple(canonical(row.get(c, defaults.get(c, ""))) for c in kind.key)
+    return tuple(canonical(row[c] if c in row else row_default(kind, c, row)) for c in kind.key)
 
 
 def describe_key(row: dict, kind: ResultKind) -> str:

@@ -52,14 +52,25 @@ KERNEL = ResultKind(
     markers=("kind", "median_ms"))
 E2E = ResultKind(
     "e2e", ("model", "dtype", "block_size", "chunk_size", "input_len", "output_len", "batch_size", "backend",
-            "strategy", "mode", "tp"), "request_p50_s", "s", ("", "request_p90_s"),
+            "strategy", "mode", "tp", "cudagraph"), "request_p50_s", "s", ("", "request_p90_s"),
     key_numbers=("block_size", "chunk_size", "input_len", "output_len", "batch_size", "tp"),
     numbers=("request_p50_s", "request_p90_s", "request_p99_s", "output_tok_s"),
     optional=("request_p90_s", "request_p99_s", "output_tok_s", "agreement", "gpu", "library", "library_version",
               "reason"),
     markers=("input_len", "request_p50_s"),
-    defaults=(("tp", 1),))  # runs from before --tp ran on one GPU
+    # runs from before --tp ran on one GPU; from before --cudagraph, decode graphs unless eager
+    defaults=(("tp", 1), ("cudagraph", lambda df: df["mode"].map({"eager": "none"}).fillna("decode")
+                           if "mode" in df else "decode")))
 RESULT_KINDS = (KERNEL, E2E)
+
+
+def row_default(kind: ResultKind, column: str, row: dict) -> object:
+    """The value a row that lacks a key column meant (a default may depend on the row, as cudagraph on mode)."""
+    value = dict(kind.defaults).get(column, "")
+    if callable(value):
+        value = value(pd.DataFrame([row]))
+        return value.iloc[0] if isinstance(value, pd.Series) else value
+    return value
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,229 @@
+"""Full CUDA graphs for the e2e engine: every step kind (prefill, mixed, decode) replayed from a graph.
+
+Why: with decode-only graphs (`--cudagraph decode`) prefill and chunked-prefill mixed steps run
+eagerly and are host-bound, which hides the kernel-level difference between unified and split on
+exactly the batches where they differ most (issue 11). vLLM V1 replays mixed batches from graphs
+bucketed by token count; this is that mode, built on the graph-safety recipe of
+attnbench/kernels/graphsafe.py (the same pure functions `attnbench verify` checks).
+
+Buckets. A step's bucket is a graphsafe.Bucket: unified counts tokens and sequences (both rounded
+up: tokens to a power of two or the engine's largest step, sequences to nano-vllm's batch buckets);
+split buckets its decode part (decode sequences) and its prefill part (prefill tokens, prefill
+sequences) separately, as its two launches need, a part absent from the step being absent from
+the bucket. The static q rows are graphsafe's: split's decode rows first (the decode bucket's
+size), then the prefill part's rows.
+
+A graph is captured the first time a step needs its bucket (lazily), in one memory pool shared by
+the engine's graphs. The runner's first run of a row is its untimed check run, and the measured
+runs repeat its schedule, so captures happen there; the engine also subtracts any capture's time
+from the step's host time. Per engine: how many graphs, and the device memory their capture
+reserved (pool, static buffers, warm-up), in the row as `graphs` and `graph_mem_mb`.
+
+Policies (graphsafe.POLICIES). `safe`: the plan is made on the bucket's upper bounds
+(max_seqlen_q = the bucket's tokens, max_seqlen_k = every key a block-table row reaches),
+cu_seqlens_q padded non-decreasing, padding sequences with no keys and the scratch block, padding
+tokens writing K/V to the cache's scratch slot. `naive`: the plan is made on the batch that
+first needed the bucket, later batches copied in as they come: the seed's bug, for
+`--graph-policy naive`; the agreement check is expected to call it MISMATCH.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from attnbench.errors import AttnbenchError, UsageError
+from attnbench.kernels.backends.registry import get_backend
+from attnbench.kernels.backends.base import Plan
+from attnbench.kernels.graphsafe import (POLICIES, Bucket, Buffers, Metadata, plan_metadata, real_rows,
+                                         static_buffers, write_batch)
+from attnbench.kernels.metadata import build_metadata
+from attnbench.kernels.workload import Batch
+
+CUDAGRAPH_MODES = ("none", "decode", "piecewise", "full")
+BUILT_MODES = ("none", "decode", "full")
+GRAPH_NOTE = "decode steps replay CUDA graphs (buckets {buckets}); prefill and mixed steps run eagerly"
+FULL_NOTE = "every step replays a CUDA graph ({policy} policy; buckets over tokens and sequences, captured on first use)"
+
+
+def graph_buckets(max_num_seqs: int) -> list[int]:
+    """nano-vllm's batch buckets: 1, 2, 4, 8, then every 16, up to max_num_seqs (always included)."""
+    buckets = [b for b in [1, 2, 4, 8, *range(16, max_num_seqs + 1, 16)] if b <= max_num_seqs]
+    return buckets if buckets[-1] == max_num_seqs else buckets + [max_num_seqs]
+
+
+def check_cudagraph(args) -> None:
+    """--cudagraph / --eager / --graph-policy of runner.E2EArgs, each refusal one line."""
+    if args.cudagraph not in CUDAGRAPH_MODES:
+        raise UsageError(f"--cudagraph: unknown mode {args.cudagraph!r}; choose from {', '.join(BUILT_MODES)}")
+    if args.cudagraph not in BUILT_MODES:
+        raise UsageError(f"--cudagraph {args.cudagraph}: not built yet; choose from {', '.join(BUILT_MODES)}")
+    if args.eager and args.cudagraph not in ("decode", "none"):
+        raise UsageError(f"--eager is --cudagraph none: it cannot be combined with --cudagraph {args.cudagraph}")
+    if args.graph_policy not in POLICIES:
+        raise UsageError(f"--graph-policy: unknown policy {args.graph_policy!r}; choose from {', '.join(POLICIES)}")
+    if args.graph_policy != "safe" and cudagraph_of(args) != "full":
+        raise UsageError(f"--graph-policy {args.graph_policy}: only with --cudagraph full (the other modes have one "
+                         "recipe)")
+
+
+def cudagraph_of(args) -> str:
+    """The requested mode: --cudagraph, or none under --eager."""
+    return "none" if args.eager else args.cudagraph
+
+
+def graph_mode(backend: str, device: torch.device, eager: bool, max_num_seqs: int, cudagraph: str = "decode",
+               graph_policy: str = "safe") -> tuple[str, str]:
+    """The CUDA graph mode a backend's rows run in (none, decode, full) and why; a mode that cannot
+    run here falls back to none, with the reason recorded."""
+    if eager or cudagraph == "none":
+        return "none", "eager (--eager)" if eager else "eager (--cudagraph none)"
+    if device.type != "cuda":
+        return "none", f"eager: CUDA graphs need a GPU (this run is on {device.type})"
+    if not get_backend(backend).graph_safe:
+        return "none", f"eager: the {backend} backend cannot be captured in a CUDA graph"
+    if cudagraph == "full":
+        return "full", FULL_NOTE.format(policy=graph_policy)
+    return "decode", GRAPH_NOTE.format(buckets=",".join(map(str, graph_buckets(max_num_seqs))))
+
+
+def token_buckets(max_tokens: int) -> list[int]:
+    """Powers of two below max_tokens, then max_tokens: a step pads at most to twice its tokens."""
+    return [1 << i for i in range(max(max_tokens - 1, 0).bit_length()) if 1 << i < max_tokens] + [max_tokens]
+
+
+def round_up(n: int, buckets: list[int]) -> int:
+    """The smallest bucket that holds n (0 stays 0: a part the step lacks)."""
+    if n == 0:
+        return 0
+    for b in buckets:
+        if b >= n:
+            return b
+    raise AttnbenchError(f"{n} does not fit the largest graph bucket {buckets[-1]}")
+
+
+def full_bucket(strategy: str, batch: Batch, seq_buckets: list[int], tok_buckets: list[int],
+                max_blocks_per_seq: int, block_size: int) -> Bucket:
+    """The bucket a step replays in. Split: decode and prefill parts rounded up separately."""
+    if strategy == "unified":
+        tokens = round_up(batch.num_tokens, tok_buckets)
+        return Bucket(0, round_up(batch.num_seqs, seq_buckets), tokens, tokens, max_blocks_per_seq, block_size)
+    decode = batch.num_decode_seqs
+    prefill_tokens = round_up(batch.num_tokens - sum(batch.query_lens[:decode]), tok_buckets)
+    return Bucket(round_up(decode, seq_buckets), round_up(batch.num_seqs - decode, seq_buckets), prefill_tokens,
+                  prefill_tokens, max_blocks_per_seq, block_size)
+
+
+@dataclass
+class PaddedStep:
+    """A step's per-token inputs at the bucket's static rows; padding rows are harmless."""
+
+    input_ids: list[int]
+    positions: list[int]
+    slot_mapping: list[int]  # padding rows: the KV cache's scratch slot
+    logits_indices: list[int]  # the sampled rows' static rows, padded to the bucket's sequences with 0
+
+
+def pad_step(step, buffers: Buffers, metadata: Metadata, scratch_slot: int) -> PaddedStep:
+    """`step`: an engine.Step (engine.py imports this module, so its types are not named here)."""
+    rows = real_rows(buffers, metadata).tolist()
+    n = buffers.num_rows
+    ids, positions, slots = [0] * n, [0] * n, [scratch_slot] * n
+    for i, r in enumerate(rows):
+        ids[r], positions[r], slots[r] = step.input_ids[i], step.positions[i], step.slot_mapping[i]
+    indices = [rows[i] for i in step.logits_indices]
+    return PaddedStep(ids, positions, slots, indices + [0] * (buffers.bucket.max_seqs - len(indices)))
+
+
+@dataclass
+class _Graph:
+    buffers: Buffers
+    plan: Plan  # kept alive with its graph
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    slot_mapping: torch.Tensor
+    logits_indices: torch.Tensor
+    logits: torch.Tensor
+    replay: Callable[[], None]
+
+
+class FullGraphs:
+    """One engine's full-step graphs, by bucket. `emulate` (tests on the CPU, no CUDA graphs): a
+    "replay" re-runs the forward on the static buffers with the plan made at capture, which models
+    a replay for backends whose launches read the metadata tensors when they run. `engine`: the
+    engine.Engine that owns them (engine.py imports this module, so its types are not named here)."""
+
+    def __init__(self, engine, policy: str = "safe", emulate: bool = False):
+        if policy not in POLICIES:
+            raise AttnbenchError(f"unknown graph policy {policy!r}; choose from {', '.join(POLICIES)}")
+        if not engine.cuda and not emulate:
+            raise AttnbenchError("CUDA graphs need a CUDA device")
+        self.engine, self.policy, self.emulate = engine, policy, emulate
+        self.seq_buckets = graph_buckets(engine.max_num_seqs)
+        self.tok_buckets = token_buckets(min(engine.token_budget, engine.max_num_seqs * engine.max_model_len))
+        self.max_blocks = math.ceil(engine.max_model_len / engine.cache.block_size)
+        self.graphs: dict[Bucket, _Graph] = {}
+        self.pool = None
+        self.mem_bytes = 0
+        self.capture_s = 0.0
+
+    def bucket(self, step) -> Bucket:
+        return full_bucket(self.engine.attn.strategy, step.batch, self.seq_buckets, self.tok_buckets,
+                           self.max_blocks, self.engine.cache.block_size)
+
+    def load(self, step) -> Callable[[], torch.Tensor]:
+        e = self.engine
+        metadata = build_metadata(e.attn.strategy, step.batch, step.block_table)
+        bucket = self.bucket(step)
+        g = self.graphs.get(bucket) or self._capture(bucket, metadata)
+        written = write_batch(g.buffers, metadata, self.policy)
+        if g.plan.refresh is not None:  # the library re-plans this batch into the buffers the graph reads
+            g.plan.refresh(written)
+        padded = pad_step(step, g.buffers, metadata, e.cache.scratch_slot)
+        for buffer, values in ((g.input_ids, padded.input_ids), (g.positions, padded.positions),
+                               (g.slot_mapping, padded.slot_mapping), (g.logits_indices, padded.logits_indices)):
+            e._copy_in(buffer, values)
+        logits = g.logits[:len(step.logits_indices)]
+
+        def replay() -> torch.Tensor:
+            g.replay()
+            return logits
+        return replay
+
+    @torch.inference_mode()
+    def _capture(self, bucket: Bucket, metadata: Metadata) -> _Graph:
+        e, start = self.engine, time.perf_counter()
+        reserved = 0 if self.emulate else torch.cuda.memory_reserved(e.device)
+        buffers = static_buffers(e.attn.strategy, bucket, e.cache.scratch_slot // e.cache.block_size, e.device)
+        if self.policy == "naive":  # the capture batch's metadata, as it comes
+            write_batch(buffers, metadata, "naive")
+        plan = e.attn.plan(plan_metadata(buffers, metadata, self.policy))  # planned once, outside the capture
+        long = dict(dtype=torch.long, device=e.device)
+        n, seqs = buffers.num_rows, bucket.max_seqs
+        ids, pos = torch.zeros(n, **long), torch.zeros(n, **long)
+        slots, indices = torch.full((n,), e.cache.scratch_slot, **long), torch.zeros(seqs, **long)
+        logits = torch.empty((seqs, e.model.args.vocab_size), dtype=e.model.tok_embeddings.dtype, device=e.device)
+
+        def forward() -> None:
+            e.attn.bind(plan, slots)  # the capture batch's rows are all padding: K/V go to the scratch slot
+            logits.copy_(e.model(ids, pos, e.attn, indices))
+
+        forward()  # warm-up: lazy initialisation stays out of the graph
+        replay = forward
+        if not self.emulate:
+            # under a tensor-parallel process group: see Engine.capture
+            mode = "thread_local" if torch.distributed.is_initialized() else "global"
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, self.pool, capture_error_mode=mode):
+                logits.copy_(e.model(ids, pos, e.attn, indices))
+            self.pool = self.pool or graph.pool()
+            replay = graph.replay
+            torch.cuda.synchronize(e.device)
+            self.mem_bytes += torch.cuda.memory_reserved(e.device) - reserved
+        self.graphs[bucket] = _Graph(buffers, plan, ids, pos, slots, indices, logits, replay)
+        self.capture_s += time.perf_counter() - start
+        return self.graphs[bucket]
