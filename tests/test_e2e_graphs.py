@@ -103,7 +103,9 @@ def test_emulated_full_graphs_agree_with_eager_under_safe_and_naive_breaks_unifi
     naive = _emulated(model, engines, strategy, "naive").generate(prompts, 8, record_logits=True)
     verdict = compare_generations(eager.tokens, eager.logits, naive.tokens, naive.logits).verdict
     if strategy == "unified":  # a bucket captured with max_seqlen_q 8 replays a 15-token chunk: rows never computed
-        assert verdict in FAILING
+        # hold whatever that memory held (torch.empty), so the verdict is MISMATCH, non-finite or, when
+        # the stale values happen to be close, near-tie (seen on a fresh CI clone); never a clean match
+        assert verdict in (*FAILING, "near-tie")
     # split survives this schedule: its prefill buckets happen to be captured on their longest chunk
 
 
