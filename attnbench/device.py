@@ -35,3 +35,11 @@ def select(device: torch.device) -> torch.device:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     return device
+
+
+def point_timeout_s(requested: float | None, device: torch.device) -> float:
+    """--point-timeout, or its default: 600 s on a GPU (above FA2's 1-2 minute first-use PTX compile
+    on Hopper), 120 s on the CPU. One rule for the kernel sweep and e2e."""
+    if requested is not None:
+        return requested
+    return 120.0 if device.type == "cpu" else 600.0

@@ -5,7 +5,7 @@ the contract (one launch, the whole batch, decode tokens first), not POD's concu
 
 from __future__ import annotations
 
-from attnbench.kernels.backends.base import Launch, as_batched, on_tokens
+from attnbench.kernels.backends.base import Launch
 from attnbench.kernels.backends.reference import ReferenceBackend
 from attnbench.kernels.metadata import SplitMetadata
 
@@ -17,11 +17,7 @@ class FusedReference(ReferenceBackend):
     oracle = False
 
     def plan_fused(self, point, md: SplitMetadata) -> Launch:
-        parts = []
-        if md.decode is not None:
-            parts.append(as_batched(self.plan_kvcache(point, md.decode), md.decode.num_seqs, md.decode.query_len))
-        if md.prefill is not None:
-            parts.append(on_tokens(self.plan_varlen(point, md.prefill), md.prefill.token_offset))
+        parts = ReferenceBackend.plan(self, "split", point, md).launches  # split's two launches, as one
 
         def launch(q, k_cache, v_cache, out):
             for part in parts:

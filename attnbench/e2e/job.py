@@ -22,7 +22,7 @@ import torch
 from rich.console import Console
 
 from attnbench.console import default_out_dir, progress
-from attnbench.device import device_name
+from attnbench.device import device_name, point_timeout_s
 from attnbench.e2e.engine import estimate_bytes
 from attnbench.e2e.graphs import cudagraph_of, graph_mode
 from attnbench.e2e.model import ModelArgs, fused
@@ -75,13 +75,6 @@ def previous_agreements(out_dir: Path) -> list[dict]:
     if not path.exists():
         return []
     return pd.read_csv(path, dtype=str, keep_default_na=False).to_dict("records")
-
-
-def point_timeout(args: E2EArgs, device: torch.device) -> float:
-    """--point-timeout, or 600 s on a GPU (above FA2's 1-2 minute first-use compile on Hopper), 120 on the CPU."""
-    if args.point_timeout is not None:
-        return float(args.point_timeout)
-    return 120.0 if device.type == "cpu" else 600.0
 
 
 def fused_status(rows: list[dict]) -> str:
@@ -154,7 +147,7 @@ def run_ranks(args: E2EArgs, console: Console, command: list[str], margs: ModelA
                       "memory_estimate_gib": {k: round(v / GiB, 3) for k, v in parts.items()},
                       "graphs": {b: note for b, (_, note) in plans.items()}, "cudagraph": cudagraph_of(args),
                       "graph_policy": args.graph_policy,
-                      "point_timeout_s": point_timeout(args, device) if args.isolate else None}
+                      "point_timeout_s": float(point_timeout_s(args.point_timeout, device)) if args.isolate else None}
         rows, agreements, points = [], [], all_points
         if args.resume:
             old_env = rundir.read_env(out_dir)

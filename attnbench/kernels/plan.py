@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from attnbench.device import resolve_device
+from attnbench.device import point_timeout_s, resolve_device
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.kernels.backends.registry import EXTRA_BACKEND_ERRORS, REGISTRY, get_backend, resolve_backends
 from attnbench.kernels.inputs import available_host_bytes, host_bytes, input_bytes
@@ -205,7 +205,7 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
     tokens, context = args.tokens or defaults["tokens"], args.context or defaults["context"]
     budget = args.budget_ms if args.budget_ms is not None else (200.0 if on_cpu else 1000.0)
     check_timing(budget, args.rel_spread)
-    point_timeout = args.point_timeout if args.point_timeout is not None else (120.0 if on_cpu else 600.0)
+    point_timeout = point_timeout_s(args.point_timeout, device)
     if not (isinstance(point_timeout, (int, float)) and 0 < point_timeout <= 86400):
         raise UsageError(f"--point-timeout: must be a number of seconds above 0 and at most 86400, got {point_timeout}")
     replicates = args.replicates if args.replicates is not None else DEFAULT_REPLICATES.get(device.type, 1)
