@@ -12,13 +12,14 @@
 # FlashInfer 0.6.6 comes from the pack (../shared/device/README.md, FlashInfer). From the repo root,
 # carrying .device-fi:  source .device-fi/bootstrap_fi.sh && bash benchmarks/gpu_flashinfer.sh
 # (with vllm-fa3 too: carry .device/bootstrap.sh and .device/vllm-fa as well, and source
-# .device/bootstrap.sh first; all of .device plus .device-fi is over the 64 MiB carry limit)
+# .device/bootstrap.sh first; all of .device plus .device-fi is over the 64 MiB carry limit: leave out
+# .device/nvcache-*, and FA2 compiles on first use, or warm it first with .device/warm_fa2.py)
 set -u
 OUT=${OUT:-$PWD/gpu-flashinfer}
 mkdir -p "$OUT"
 [ -n "${FLASHINFER_WORKSPACE_BASE:-}" ] || source .device-fi/bootstrap_fi.sh
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-BUDGET=550
+BUDGET=${FI_BUDGET:-550}
 start=$SECONDS
 left() { echo $((BUDGET - (SECONDS - start) - $1)); }  # seconds left, less what later steps keep
 cap() { local n; n=$(left "$2"); [ "$n" -gt "$1" ] && n=$1; [ "$n" -lt 10 ] && n=10; echo "$n"; }
@@ -29,19 +30,23 @@ python3 -c "import flashinfer, torch; print('flashinfer', flashinfer.__version__
 
 # a carried POD pack has it all: then only check it (warm_flashinfer.py tests each wrapper), repack nothing
 pack=(--pack "$OUT/fi-jit-pod.tar.xz")
-ls .device-fi/fi-jit-*pod128.tar.xz* >/dev/null 2>&1 && pack=()
-warm_budget=$(cap 300 235)
-step warm-pod $((warm_budget + 15)) python3 .device-fi/warm_flashinfer.py --groups pod --dims 128 \
+# FI_POD_DIMS=64,128 compiles (and packs) both head dims: ~250 s on 24 jobs instead of ~190 s
+POD_DIMS=${FI_POD_DIMS:-128}
+missing=""
+for d in ${POD_DIMS//,/ }; do ls .device-fi/fi-jit-*pod$d.tar.xz* >/dev/null 2>&1 || missing=1; done
+[ -z "$missing" ] && pack=()
+warm_budget=$(cap 300 220)
+step warm-pod $((warm_budget + 15)) python3 .device-fi/warm_flashinfer.py --groups pod --dims "$POD_DIMS" \
   --budget "$warm_budget" --reserve 60 ${pack[@]+"${pack[@]}"}
 grep -iE "^pod|pack:|POD \(" "$OUT/warm-pod.log" | tail -n 6
 
 step gpu-tests "$(cap 120 150)" python3 -m pytest -q -rs -p no:cacheprovider tests/test_flashinfer.py -k OnTheGPU
 
-# vllm-fa3 beside FlashInfer when .device was carried and sourced first (FA3 ships Hopper code: no
+# vllm-fa2 and vllm-fa3 beside FlashInfer when .device was carried and sourced first (FA3 ships Hopper code: no
 # compile), so the libraries are compared in one run; one replicate to fit the step (ratios inside
 # one run are solid, absolute numbers need replicates)
 kernel_backends=reference,flashinfer,flashinfer-ba
-python3 -c "import vllm.vllm_flash_attn" 2>/dev/null && kernel_backends=$kernel_backends,vllm-fa3
+python3 -c "import vllm.vllm_flash_attn" 2>/dev/null && kernel_backends=$kernel_backends,vllm-fa2,vllm-fa3
 step kernel "$(cap 120 90)" python3 -m attnbench kernel --heads 32 --kv-heads 8 --dim 128 \
   --backend "$kernel_backends" --strategy unified,split,fused --tokens 64,1000 --budget-ms 200 --replicates 1 \
   --out "$OUT/fi"
