@@ -33,7 +33,8 @@ def select(device: torch.device) -> torch.device:
     captures are made on the current device, not the tensors': timing cuda:1 from a process whose
     current device is cuda:0 would record its events on the wrong GPU."""
     if device.type == "cuda":
-        torch.cuda.set_device(device)
+        # a bare "cuda" means the current device; set_device itself refuses a device without an index
+        torch.cuda.set_device(device.index if device.index is not None else torch.cuda.current_device())
     return device
 
 

@@ -42,15 +42,15 @@ timed() {
   step "$@"
   awk -v a="$t0" -v b="$(date +%s.%N)" -v n="$name" 'BEGIN {printf "%s %.1f\n", n, b - a}' >> "$RUN/wall.txt"
 }
-# left LIMIT: LIMIT, or less when the part's 520 s would run out first
-left() { local l=$((520 - (SECONDS - start))); [ "$l" -gt "$1" ] && l=$1; echo $((l > 10 ? l : 10)); }
+# left LIMIT: LIMIT, or less when the call's MULTI_BUDGET (default 520 s, for one part a call) would run out first
+left() { local l=$((${MULTI_BUDGET:-520} - (SECONDS - start))); [ "$l" -gt "$1" ] && l=$1; echo $((l > 10 ? l : 10)); }
 
 nvidia-smi --query-gpu=index,name,driver_version,memory.used,memory.total --format=csv,noheader | tee -a "$SUMMARY"
 for part in "$@"; do
   case $part in
     kernel)
       : > "$RUN/wall.txt"
-      step multi-warm 100 python3 -m attnbench kernel --heads 12 --dim 64 --tokens 100 --kind decode --mode graph \
+      step multi-warm "$(left 60)" python3 -m attnbench kernel --heads 12 --dim 64 --tokens 100 --kind decode --mode graph \
         --replicates 1 --budget-ms 50 --devices all --out "$RUN/warm"
       timed seed-1gpu "$(left 130)" python3 -m attnbench run $SEED --device cuda:0 --out "$RUN/seed-1gpu"
       timed seed-devices "$(left 110)" python3 -m attnbench run $SEED --devices all --out "$RUN/seed-devices"
@@ -100,7 +100,7 @@ PY
       rm -f "$OUT"/multi-warm.log "$OUT"/seed-*.log
       tar -C "$RUN" -czf "$OUT/multi-results.tgz" --exclude=warm $(cd "$RUN" && ls) ;;
     tp)
-      step tp-agreement 170 "${torchrun[@]}" benchmarks/tp_agreement.py --model llama-13b --backend vllm-fa3 \
+      step tp-agreement "$(left 170)" "${torchrun[@]}" benchmarks/tp_agreement.py --model llama-13b --backend vllm-fa3 \
         --strategy unified,split --mode graph --batch-size 4 --input-len 64 --output-len 32 \
         --out "$OUT/tp-agreement.json"
       grep -E "^TP 2 vs TP 1" "$OUT/tp-agreement.log" >> "$SUMMARY"

@@ -174,6 +174,9 @@ class Engine:
         # under a tensor-parallel process group the NCCL watchdog thread queries events while this thread
         # captures; "thread_local" keeps its queries from invalidating the capture (pytorch#104555)
         mode = "thread_local" if torch.distributed.is_initialized() else "global"
+        # torch.cuda.graph empties the allocator's cache on entry: empty it first, or the cached blocks it
+        # frees would be subtracted from the graphs' memory (a negative graph_mem_mb on the H200)
+        torch.cuda.empty_cache()
         pool, reserved = None, torch.cuda.memory_reserved(self.device)
         for bucket in reversed(self.buckets):
             md = self.static_md[bucket] = self._static_metadata(bucket)

@@ -197,6 +197,8 @@ class FullGraphs:
     @torch.inference_mode()
     def _capture(self, bucket: Bucket, metadata: Metadata) -> _Graph:
         e, start = self.engine, time.perf_counter()
+        if not self.emulate:  # graph capture empties the allocator's cache: see Engine.capture
+            torch.cuda.empty_cache()
         reserved = 0 if self.emulate else torch.cuda.memory_reserved(e.device)
         buffers = static_buffers(e.attn.strategy, bucket, e.cache.scratch_slot // e.cache.block_size, e.device)
         if self.policy == "naive":  # the capture batch's metadata, as it comes
