@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from attnbench.e2e.parallel import check_tp, exit_now, tensor_parallel
+from attnbench.e2e.parallel import check_tp, exit_now, teardown_code, tensor_parallel
 from attnbench.e2e.report import FAILING
 from attnbench.e2e.runner import resolve_model
 from attnbench.e2e.tp_check import tp_agreement
@@ -62,5 +62,5 @@ def main() -> int:
 if __name__ == "__main__":
     code = main()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        exit_now(code)  # a rank's teardown after its gloo group can abort (parallel.exit_now)
+        exit_now(teardown_code(code))  # a rank's teardown after its gloo group can abort (parallel.exit_now)
     sys.exit(code)

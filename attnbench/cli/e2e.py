@@ -12,7 +12,7 @@ from attnbench.cli.flags import e2e_args
 from attnbench.console import make_console
 from attnbench.e2e.model import PRESETS
 from attnbench.e2e.job import run_e2e
-from attnbench.e2e.parallel import exit_now
+from attnbench.e2e.parallel import exit_now, teardown_code
 from attnbench.e2e.runner import SEED_BATCH_SIZES, SEED_INPUT_LENS, SEED_OUTPUT_LENS
 
 
@@ -58,4 +58,4 @@ def e2e(
     with user_errors(console):
         run_e2e(e2e_args(values), console, command=command_line())
     if tp > 1:  # every rank's files are written: skip a teardown that can abort (parallel.exit_now)
-        exit_now(0)
+        exit_now(teardown_code())

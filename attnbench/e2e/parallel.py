@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator, TypeVar
@@ -168,9 +170,47 @@ def tensor_parallel(tp: int, device_flag: str) -> Iterator[tuple[TensorParallel,
         # every rank done before any tears its group down: without it a rank that finished first
         # (rank 1 of tp_agreement) sometimes aborted at exit under gloo ("terminate called without
         # an active exception", 4 of ~30 CPU runs; 0 of 14 with it). Not on an error: torchrun ends the rest
-        dist.barrier()
+        ids = [device.index] if device.type == "cuda" else None
+        _bounded(lambda: dist.barrier(device_ids=ids), f"rank {rank}: the final barrier", TEARDOWN_S)
     finally:
-        dist.destroy_process_group()
+        _bounded(dist.destroy_process_group, f"rank {rank}: destroying the process group", TEARDOWN_S)
+
+
+# How long a rank waits for the group's teardown. On the 2-GPU H200, llama-2-70b TP 2 wrote all its
+# files and then never exited (killed 52 s later by the step's time limit, under NCCL).
+TEARDOWN_S = 60.0
+_TEARDOWN = {"ok": True}
+
+
+def _bounded(fn: Callable[[], object], what: str, seconds: float) -> None:
+    """fn() in a daemon thread, waited on for `seconds`. If it has not returned by then, say so on
+    stderr with every thread's stack (to see where it hangs) and go on: the caller ends the process
+    with exit_now(teardown_code()), non-zero, so that torchrun ends the other ranks instead of
+    waiting for them. An error inside fn is reported the same way."""
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001  reported below, never raised from a teardown
+            failure.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True, name="attnbench-teardown")
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive() or failure:
+        _TEARDOWN["ok"] = False
+        why = f"failed: {failure[0]}" if failure else f"did not finish in {seconds:.0f} s"
+        print(f"attnbench: {what} {why}; the results already written stand (stacks follow)", file=sys.stderr)
+        names = {t.ident: t.name for t in threading.enumerate()}
+        for ident, frame in sys._current_frames().items():
+            print(f"--- thread {names.get(ident, ident)}", file=sys.stderr)
+            traceback.print_stack(frame, file=sys.stderr)
+
+
+def teardown_code(code: int = 0) -> int:
+    """The exit code for a rank: `code`, or 1 if its process group's teardown hung or failed."""
+    return code if _TEARDOWN["ok"] else max(code, 1)
 
 
 def exit_now(code: int) -> None:

@@ -1,0 +1,40 @@
+"""A tensor-parallel rank's teardown is bounded: a barrier or group destruction that hangs (seen on
+the 2-GPU H200 after llama-2-70b TP 2 had written its results) is reported with the threads'
+stacks and turns into a non-zero exit code instead of a process that never ends."""
+
+import threading
+
+import pytest
+
+from attnbench.e2e import parallel
+
+
+@pytest.fixture(autouse=True)
+def fresh_state(monkeypatch):
+    monkeypatch.setitem(parallel._TEARDOWN, "ok", True)
+
+
+def test_a_teardown_that_returns_keeps_the_exit_code():
+    parallel._bounded(lambda: None, "rank 0: the final barrier", 5)
+    assert parallel.teardown_code() == 0 and parallel.teardown_code(3) == 3
+
+
+def test_a_hanging_teardown_is_left_after_its_time_and_fails_the_exit_code(capsys):
+    release = threading.Event()
+    try:
+        parallel._bounded(release.wait, "rank 1: the final barrier", 0.2)
+    finally:
+        release.set()
+    err = capsys.readouterr().err
+    assert "rank 1: the final barrier did not finish in 0 s" in err
+    assert "attnbench-teardown" in err or "Thread" in err  # every thread's stack is dumped
+    assert parallel.teardown_code() == 1
+
+
+def test_a_failing_teardown_is_reported_not_raised(capsys):
+    def boom():
+        raise RuntimeError("NCCL communicator was aborted")
+
+    parallel._bounded(boom, "rank 0: destroying the process group", 5)
+    assert "destroying the process group failed: NCCL communicator was aborted" in capsys.readouterr().err
+    assert parallel.teardown_code(0) == 1
