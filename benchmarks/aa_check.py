@@ -9,7 +9,7 @@
    false alarm (goal: 0 of 36 at 2 %), with the smallest A/A-clean threshold (calibrate's).
 2. Planted: the scenario once more per fraction, with only a test-only backend that wraps --wrap
    (vllm-fa2; the reference on the CPU) and adds that fraction of each row's run-A median as
-   extra device time (benchmarks/planted_backend.py: a spin kernel, not a host sleep), compared
+   extra device time (benchmarks/planted_backend.py: a sized device copy, not a host sleep), compared
    against runs A and B's rows of --wrap: every `slower` row is a detection (goal: all at 10 %,
    >= 90 % at 3 %). `achieved` is the median measured ratio, to show what was really planted.
 3. How many replicates per run a 3 % change needs to be told from the A/A pair's replicate spread.

@@ -2,10 +2,10 @@
 
 Each wraps a real backend and appends one launch to every plan: extra time on the device, of a
 size given per row in the JSON file ATTNBENCH_PLANTED_TABLE ({planted_key(point, strategy): ms},
-written by aa_check.py as a fraction of the row's measured median). On a GPU the extra launch is
-`torch.cuda._sleep(cycles)`, a spin kernel on the stream (device time, captured in the row's CUDA
-graph like the kernels it follows), with cycles per ms and the spin launch's own cost measured
-once in a CUDA graph; on the CPU it is a busy-wait of the same length.
+written by aa_check.py as a fraction of the row's measured median). On a GPU the extra launch is a
+device-to-device copy sized to take that time (device time, not a host sleep; captured in the
+row's CUDA graph like the kernels it follows), at a copy rate measured once in a CUDA graph. A copy
+rather than a spin kernel (torch.cuda._sleep): see PlantedFA2.spin. On the CPU it is a busy-wait.
 
 They are never in a normal run: only ATTNBENCH_EXTRA_BACKENDS="planted_backend:PlantedFA2" (with
 benchmarks/ on PYTHONPATH) adds them to the registry. `planted_ms` in each plan's details (and in
@@ -41,21 +41,19 @@ def planted_table() -> dict:
 
 
 @functools.lru_cache(maxsize=1)
-def spin_cost() -> tuple[float, float]:
-    """(ms one empty spin launch takes inside a graph, spin cycles per ms), measured in CUDA graphs.
-
-    The spin counts SM cycles, so it is measured after ~0.3 s of spinning has brought the clock up
-    from idle (measured on an idle H200 first, it planted 7.5 % for 10 %); under a power cap the
-    clock drops and the same cycles take longer, so a planted row gets at least its extra time."""
-    for _ in range(12):
-        torch.cuda._sleep(50_000_000)
-    torch.cuda.synchronize()
-    per_call = []
-    for cycles in (0, 2_000_000):
+def copy_rate() -> float:
+    """Bytes a device-to-device copy moves per ms inside a CUDA graph (the slope between two sizes, so
+    a launch's fixed cost is not counted), measured after ~0.3 s of copying has brought the clocks up."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    for _ in range(150):
+        dst.copy_(src)
+    times = []
+    for size in (64 << 20, 512 << 20):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            for _ in range(20):
-                torch.cuda._sleep(cycles)
+            for _ in range(10):
+                dst[:size].copy_(src[:size])
         graph.replay()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -63,8 +61,21 @@ def spin_cost() -> tuple[float, float]:
             graph.replay()
         end.record()
         torch.cuda.synchronize()
-        per_call.append(start.elapsed_time(end) / 100)
-    return per_call[0], 2_000_000 / (per_call[1] - per_call[0])
+        times.append(start.elapsed_time(end) / 50)
+    return ((512 << 20) - (64 << 20)) / (times[1] - times[0])
+
+
+_COPY_BUFFERS: dict[str, torch.Tensor] = {}
+
+
+def copy_buffers(nbytes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Source and destination of at least nbytes, grown at plan time (never inside a launch)."""
+    if _COPY_BUFFERS.get("src") is None or _COPY_BUFFERS["src"].numel() < nbytes:
+        _COPY_BUFFERS.clear()
+        size = max(nbytes, 1 << 20)
+        _COPY_BUFFERS.update(src=torch.zeros(size, dtype=torch.uint8, device="cuda"),
+                             dst=torch.empty(size, dtype=torch.uint8, device="cuda"))
+    return _COPY_BUFFERS["src"], _COPY_BUFFERS["dst"]
 
 
 class _Planted:
@@ -88,13 +99,16 @@ class PlantedFA2(_Planted, VllmFA2Backend):
     description = "test only: vllm-fa2 plus a spin kernel of a planted extra device time (aa_check.py)"
 
     def spin(self, extra_ms: float):
-        # the spin launch's own cost (~1 us in a graph) is not taken off: with it subtracted, the
-        # H200 rows of 0.1 ms got 1.8 % for a planted 3 % (the cost overlaps the kernel before)
-        _, cycles_per_ms = spin_cost()
-        cycles = max(0, round(extra_ms * cycles_per_ms))
+        # extra HBM traffic, not an idle spin: torch.cuda._sleep keeps one thread busy while the card
+        # idles, and on the power-capped H200 the kernels after it then ran at higher clocks, so a
+        # planted 10 % arrived as 5.7-8 % (1.8-3.1 % for 3 %). A copy draws power and bandwidth as
+        # the memory-bound attention kernels do, so the planted time stays planted.
+        nbytes = max(0, round(extra_ms * copy_rate()))
+        src, dst = copy_buffers(nbytes)
+        src, dst = src[:nbytes], dst[:nbytes]
 
         def launch(q, k_cache, v_cache, out):
-            torch.cuda._sleep(cycles)
+            dst.copy_(src)
         return launch
 
 
