@@ -128,10 +128,14 @@ def main() -> None:
     a, b = run_pair(run_args, work, lambda line: print(line, flush=True))
     aa = compare_runs(a, b, threshold, list(KERNEL.key), KERNEL)
     calibration = calibrate_pair(a, b)
+    # the gate as CI would run it: `attnbench compare A B --threshold T`, its exit code (0: nothing slower)
+    gate = subprocess.run([sys.executable, "-m", "attnbench", "compare", str(work / "a"), str(work / "b"),
+                           "--threshold", args.threshold], capture_output=True, text=True)
+    (work / "compare-a-b.txt").write_text(gate.stdout + gate.stderr)
     reps = sorted({int(n) for n in a["replicates"].dropna()}) if "replicates" in a else []
     result = {"threshold": threshold, "replicates": reps, "aa_rows": len(aa.rows),
               **{f"aa_{v}": aa.count(v) for v in ("slower", "faster", "noisy", "same")},
-              "aa_clean_threshold": calibration.clean, "aa_all_same_threshold": calibration.all_same, "planted": {}}
+              "aa_compare_exit": gate.returncode, "aa_clean_threshold": calibration.clean, "aa_all_same_threshold": calibration.all_same, "planted": {}}
     base_command = pair_commands(run_args, work)[0]
     for fraction in fractions:
         planted = run_planted(args, base_command, work, fraction, planted_table(a, args.wrap, fraction))
@@ -158,6 +162,7 @@ def main() -> None:
           f"{aa.count('same')} same of {len(aa.rows)}; clean from {calibration.clean:.1%}, all same from "
           f"{calibration.all_same:.1%}; run A rows with a clock flag: {result['aa_rows_clock_flagged']}, lowest SM "
           f"clock {result['aa_sm_clock_min_mhz']} MHz")
+    print(f"`attnbench compare A B --threshold {args.threshold}`: exit {gate.returncode} (compare-a-b.txt in aa-runs.tgz)")
     for label, pair in result["planted"].items():
         for name, d in pair.items():
             print(f"planted {label} {name}: detected {d['detected']} of {d['rows']} (noisy {d['noisy']}, same "
