@@ -10,6 +10,10 @@ flash_fwd_kernel.h), each a worst case of the real kernel:
 - varlen_fwd's grid is ceil(max_seqlen_q / kBlockM) row tiles per sequence: the model computes the
   first max_seqlen_q query tokens of each sequence (the real kernel rounds up to a 64/128-row tile);
   with max_seqlen_q == 1 FA2 also drops the causal mask, and so does the model;
+- with max_seqlen_q == 1 and GQA, varlen_fwd packs the query heads of a group into the query
+  dimension (seqlenq_ngroups_swapped): it reshapes q to [num_seqs, groups, kv_heads, dim], which
+  fails unless q has exactly one row per sequence, and reads sequence b's query from row b,
+  ignoring cu_seqlens_q; so does the model;
 - split-KV partitions are sized from max_seqlen_k (n_blocks_per_split): keys past it are never
   visited when FA2 splits; the model never visits them (the real kernel does when it runs unsplit);
 - the batch is the tensors' length (frozen); cu_seqlens_q and seqused_k are read when it runs;
@@ -67,6 +71,13 @@ def grid_fa2_ops(stream: Stream):
         max_q, max_k = kw["max_seqlen_q"], kw["max_seqlen_k"]
         causal = kw["is_causal"] and max_q > 1  # flash_api.cpp: max_seqlen_q == 1 -> is_causal = false
         cu, used = kw["cu_seqlens_q"].tolist(), kw["seqused_k"].tolist()
+        q, kv_heads = kw["q"], kw["k"].shape[2]
+        if max_q == 1 and q.shape[1] > kv_heads:  # flash_api.cpp mha_varlen_fwd: seqlenq_ngroups_swapped
+            seqs = len(cu) - 1
+            shape = [seqs, q.shape[1] // kv_heads, kv_heads, q.shape[2]]
+            if q.shape[0] != seqs:
+                raise RuntimeError(f"shape '{shape}' is invalid for input of size {q.numel()}")
+            cu = list(range(seqs + 1))
         for b, kv_len in enumerate(used):
             start, rows = cu[b], min(cu[b + 1] - cu[b], max_q)
             if rows > 0:
@@ -116,12 +127,24 @@ def test_the_safe_recipe_passes_every_replay(strategy, case):
     assert [r["verdict"] for r in check(strategy, case, "safe")] == ["pass", "pass"]
 
 
-@pytest.mark.parametrize("strategy,case", [("unified", "short -> long context"), ("unified", "decode -> mixed"),
-                                           ("split", "decode -> mixed")])
+@pytest.mark.parametrize("strategy,case", [("unified", "short -> long context"), ("split", "decode -> mixed")])
 def test_naive_reproduces_the_seed_bug(strategy, case):
     """The capture batch replays fine; another batch gets garbage (or, split, prefill rows never run)."""
     base, replay = check(strategy, case, "naive")
     assert base["verdict"] == "pass" and replay["verdict"] == "fail", replay
+
+
+def test_naive_unified_fa2_cannot_run_a_decode_batch_in_a_mixed_bucket(fakes):
+    """What the H200 showed: the decode capture batch frozen at max_seqlen_q == 1 in a bucket of
+    more token rows (the mixed batch's) than sequences takes FA2's packed-GQA path, whose reshape
+    of q fails; safe's max_seqlen_q (the bucket's longest query) keeps it off that path."""
+    base, replay = check("unified", "decode -> mixed", "naive")
+    assert base["verdict"] == replay["verdict"] == "fail" and "is invalid for input" in base["reason"]
+    rows = verify_rows(["fake-fa2-grid"], ["unified"], ["naive", "safe"], POINT, [CASES["decode -> mixed"]],
+                       torch.device("cpu"))
+    naive, safe = rows
+    assert naive["verdict"] == "FAIL" and naive["reason"].startswith("on the capture batch itself")
+    assert not naive["gates"] and safe["verdict"] == "pass" and not gating_failures(rows)
 
 
 def test_split_decode_is_immune_to_longer_contexts_even_naive():
@@ -137,27 +160,28 @@ def _static(strategy: str, batches: list[Batch]):
         build_metadata(strategy, b, t) for b, t in zip(batches, tables)]
 
 
-def _run_after(strategy: str, policy: str, first: Batch, then: Batch):
+def _run_after(strategy: str, policy: str, first: Batch, then: Batch, point: SweepPoint = POINT):
     """Plan on `first`, write `then` over it, run: which sequences wrote which rows."""
     backend, ops = grid_backend()
     buffers, (md_first, md_then) = _static(strategy, [first, then])
     graphsafe.write_batch(buffers, md_first, policy)
-    plan = backend.plan(strategy, POINT, graphsafe.plan_metadata(buffers, md_first, policy))
+    plan = backend.plan(strategy, point, graphsafe.plan_metadata(buffers, md_first, policy))
     graphsafe.write_batch(buffers, md_then, policy)
-    q = torch.randn(buffers.num_rows, POINT.num_heads, POINT.head_dim, dtype=torch.bfloat16)
+    q = torch.randn(buffers.num_rows, point.num_heads, point.head_dim, dtype=torch.bfloat16)
     blocks = buffers.scratch_block + 1
-    kv = torch.randn(blocks, POINT.block_size, POINT.num_kv_heads, POINT.head_dim, dtype=torch.bfloat16)
+    kv = torch.randn(blocks, point.block_size, point.num_kv_heads, point.head_dim, dtype=torch.bfloat16)
     plan.run(q, kv, kv, torch.zeros_like(q))
     return ops.writes, buffers, md_then
 
 
 def test_padding_sequences_write_nothing_and_stale_tails_write_real_rows():
     """Unified, six decode sequences then one 5-token prefill: safe padding sequences are empty;
-    naive's stale cu_seqlens tail (0,5,2,3,...) makes an old sequence overwrite real row 2."""
+    naive's stale cu_seqlens tail (0,5,2,3,...) makes an old sequence overwrite real row 2. No GQA:
+    with it, naive's max_seqlen_q == 1 takes FA2's packed path, which cannot run 7 sequences on 6 rows."""
     six = Batch((1,) * 6, (10, 20, 30, 40, 50, 60), (True,) * 6)
     one = Batch((5,), (12,), (False,))
     for policy in ("safe", "naive"):
-        writes, _, md = _run_after("unified", policy, six, one)
+        writes, _, md = _run_after("unified", policy, six, one, dataclasses.replace(POINT, num_kv_heads=4))
         strays = [w for w in writes if w[1] >= md.num_seqs and w[2] < md.num_tokens]
         assert bool(strays) == (policy == "naive"), (policy, writes)
 
@@ -214,6 +238,13 @@ class PlanTimeLengths(ReferenceBackend):
 def fakes(monkeypatch):
     for backend in (FakeGridFA2(), PlanTimeLengths()):
         monkeypatch.setitem(registry.REGISTRY, backend.name, backend)
+
+
+def test_only_safe_failures_of_a_graph_safe_backend_gate(fakes):
+    rows = verify_rows(["fake-frozen"], ["unified"], ["naive", "safe"], POINT, [CASES["fewer -> more sequences"]],
+                       torch.device("cpu"))
+    assert [(r["policy"], r["verdict"], r["gates"]) for r in rows] == [("naive", "FAIL", False), ("safe", "FAIL", True)]
+    assert gating_failures(rows) == rows[1:]
 
 
 def invoke(*args: str):

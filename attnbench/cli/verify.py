@@ -44,7 +44,10 @@ def verify(
     """Capture each backend x strategy's attention call in a CUDA graph on one batch, replay it on
     other batches written into the same buffers (decode -> mixed, short -> long context, fewer ->
     more sequences), and check every replay against the float32 reference, under the naive and
-    the safe policy. Exit 1 when something kernel or e2e relies on in graph mode fails.
+    the safe policy. A case outside what a backend declares its graphs may be replayed on
+    (FlashInfer: single-token decode batches only) is reported unsupported, not run. Exit 1 when a
+    graph-safe backend fails under the safe policy (what kernel and e2e graph modes use); naive
+    failures are findings.
 
     Example: attnbench verify --backend vllm-fa2,vllm-fa3 --policy naive,safe
     """

@@ -13,7 +13,9 @@ max blocks per sequence):
 
 - `naive`: the plan is made once from the capture batch's metadata and never changes (its
   `max_seqlen_q/k`, its parts); each batch is copied into the buffers' prefixes, the tail left as
-  it was (zeros, or an earlier batch's values).
+  it was (zeros, or an earlier batch's values). q/out have the bucket's rows under both policies,
+  as an e2e full-graph bucket shared by a decode and a mixed step has: a decode capture batch
+  then sits in more rows than it has sequences (what FA2's packed-GQA path refuses: verify.py).
 - `safe` (the seed's fix, KERNELS.md): `max_seqlen_q/k` are the bucket's upper bounds; the tail of
   `cu_seqlens_q` repeats its last value (padding sequences are empty, the array non-decreasing);
   padding rows have `seqused_k`/`cache_seqlens` 0 and block-table rows pointing at a scratch block;

@@ -19,7 +19,21 @@ decode-only step) runs that part's kernel, as split does. A backend supplies its
 `Launch`.
 
 What a backend can do is declared, not probed: `strategies`, `graph_safe` (its plans may be
-captured in a CUDA graph) and `oracle` (it is the float32 reference others are checked against).
+captured in a CUDA graph), `graph_replay` (which other batches such a graph may be replayed on)
+and `oracle` (it is the float32 reference others are checked against).
+
+`graph_replay` answers: a graph captured on one batch, in buffers sized for a bucket under the
+graphsafe `safe` recipe (Plan.refresh called before each replay, where the plan has one), is
+replayed on another batch that fits the bucket; is the result right? One of GRAPH_REPLAYS:
+- "any": yes, whatever the batches' mix (FA2/FA3 read every length from device memory, so the
+  recipe's static upper bounds make any batch of the bucket correct; `attnbench verify` checks it);
+- "decode-only": only when the capture batch and the replay batch are single-token decode batches
+  (every sequence brings one query token). FlashInfer plans on host copies of the lengths and
+  re-plans into the buffers a graph captured only in its CUDA-graph mode, which attnbench uses for
+  such batches, as vLLM does on Hopper (FlashInferMetadataBuilder.get_cudagraph_support:
+  UNIFORM_SINGLE_TOKEN_DECODE unless TRT-LLM attention serves every layer). Other batches run
+  eagerly (the e2e full-graph mode) or are reported `unsupported` (verify).
+Replaying the capture batch itself (`kernel --mode graph`) needs only `graph_safe`.
 """
 
 from __future__ import annotations
@@ -31,7 +45,9 @@ from typing import Callable, ClassVar
 import torch
 
 from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
-from attnbench.kernels.workload import DEFAULT_STRATEGIES, SweepPoint
+from attnbench.kernels.workload import DEFAULT_STRATEGIES, Batch, SweepPoint
+
+GRAPH_REPLAYS = ("any", "decode-only")  # Backend.graph_replay's values (the module docstring says what each means)
 
 
 # one kernel launch: reads q (or its 4-D view) and the paged caches, writes into out
@@ -87,6 +103,7 @@ class Backend(ABC):
     description: ClassVar[str]
     strategies: ClassVar[tuple[str, ...]] = DEFAULT_STRATEGIES
     graph_safe: ClassVar[bool] = False
+    graph_replay: ClassVar[str] = "any"  # one of GRAPH_REPLAYS; meaningful where graph_safe
     oracle: ClassVar[bool] = False
     opt_in: ClassVar[bool] = False  # left out of the default backends: run only when named (--backend)
     head_dims: ClassVar[tuple[int, ...] | None] = None  # None: any
@@ -116,6 +133,16 @@ class Backend(ABC):
         if strategy not in self.strategies:
             return f"--strategy: {self.name} has no {strategy} strategy (it has {', '.join(self.strategies)})"
         return None
+
+    def graph_replay_refusal(self, batch: Batch) -> str | None:
+        """None when a graph this backend captured on another batch of the bucket may be replayed
+        on `batch` (and one captured on `batch` replayed on others), else why not (graph_replay)."""
+        if self.graph_replay == "any" or (all(batch.is_decode) and set(batch.query_lens) <= {1}):
+            return None
+        prefill = batch.num_seqs - batch.num_decode_seqs
+        has = f"{prefill} prefill sequence(s)" if prefill else f"decode rows of {max(batch.query_lens)} query tokens"
+        return (f"{self.name} replays a captured graph on single-token decode batches only "
+                f"(graph_replay={self.graph_replay!r}); this batch has {has}")
 
     def plan(self, strategy: str, point: SweepPoint, metadata: VarlenMetadata | SplitMetadata) -> Plan:
         """Every host-side step of `strategy` for this batch, done once."""

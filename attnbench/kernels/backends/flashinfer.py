@@ -28,11 +28,16 @@ buffers, as vLLM re-plans its graph wrappers every step (the e2e engine calls it
 Other batches are planned in eager mode, since graph mode plans a padded worst case (fa2: one
 query tile size for all rows, sized by the longest possible query; always split-KV), which is not
 what an engine runs for a mixed batch; such a plan still replays under a graph, and its refresh
-refuses. fi_graph_mode says which.
+refuses. fi_graph_mode says which. Hence graph_replay = "decode-only" (base.py): a graph captured
+on one batch replays another only when both are single-token decode batches, as vLLM's
+FlashInferMetadataBuilder declares on Hopper (AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE). A
+graph-mode prefill wrapper is first planned on its buffers' full rows, since FlashInfer fixes its
+query rows at the first plan; its batch size and page room are the buffers' (graph_buffers).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +57,7 @@ from attnbench.kernels.backends.flashinfer_common import (
     library_version,
     paged_kv_arrays,
     plan_info_details,
+    refresher,
 )
 from attnbench.kernels.backends.flashinfer_pod import fused_refusal, pod_part
 from attnbench.kernels.inputs import torch_dtype
@@ -69,24 +75,12 @@ def single_token_decode(metadata: VarlenMetadata | SplitMetadata) -> bool:
     return metadata.prefill is None and metadata.decode is not None and metadata.decode.query_len == 1
 
 
-def refresher(backend: str, strategy: str, parts: list[Part]) -> Callable:
-    """Plan.refresh: every part re-planned for new metadata of the plan's shape, or a refusal."""
-    def refuse(md) -> None:
-        raise RuntimeError(f"{backend} {strategy}: planned in FlashInfer's eager mode (the batch has rows with "
-                           "more than one query token), so it cannot be re-planned into the buffers a graph captured")
-
-    def replan(md: VarlenMetadata | SplitMetadata) -> None:
-        subs = [md] if strategy == "unified" else [sub for sub in (md.decode, md.prefill) if sub is not None]
-        for part, sub in zip(parts, subs, strict=True):
-            part.replan(sub)
-    return refuse if any(part.replan is None for part in parts) else replan
-
-
 class FlashInferBackend(Backend):
     name = "flashinfer"
     description = "FlashInfer: BatchPrefill (unified) / BatchDecode + BatchPrefill (split) / POD (fused)"
     strategies = ("unified", "split", "fused")
     graph_safe = True
+    graph_replay = "decode-only"  # base.py: graph-mode plans (re-plannable in place) are made for such batches only
     head_dims = HEAD_DIMS
     dtypes = DTYPES
 
@@ -146,28 +140,28 @@ class FlashInferBackend(Backend):
         graph = single_token_decode(metadata)
         details: dict = {}
         if strategy == "unified":
-            parts = [self.unified_part(point, metadata, graph)]
-            launches = list(parts)
+            parts = {"unified": self.unified_part(point, metadata, graph)}
+            launches = [parts["unified"]]
         else:
             dec, pre = metadata.decode, metadata.prefill
-            parts, launches = [], []
+            parts, launches = {}, []
             if strategy == "fused" and dec is not None and pre is not None:
-                parts.append(self.plan_fused(point, metadata))
-                launches.append(parts[-1])
+                parts["fused"] = self.plan_fused(point, metadata)
+                launches.append(parts["fused"])
             else:
                 if dec is not None:
-                    parts.append(self.decode_part(point, dec, graph))
-                    launches.append(as_batched(parts[-1], dec.num_seqs, dec.query_len))
+                    parts["decode"] = self.decode_part(point, dec, graph)
+                    launches.append(as_batched(parts["decode"], dec.num_seqs, dec.query_len))
                 if pre is not None:
-                    parts.append(self.prefill_part(point, pre, graph))
-                    launches.append(on_tokens(parts[-1], pre.token_offset))
+                    parts["prefill"] = self.prefill_part(point, pre, graph)
+                    launches.append(on_tokens(parts["prefill"], pre.token_offset))
                 if strategy == "fused":
                     details["fi_fused"] = (f"{'BatchDecode' if pre is None else 'BatchPrefill'} alone: the batch has "
                                            f"no {'prefill' if pre is None else 'decode'} part to fuse")
-        for part in parts:
+        for part in parts.values():
             details.update(part.details)
         plan = Plan(self.name, strategy, tuple(launches), details, refresher(self.name, strategy, parts))
-        self.pool.release_with(plan, [part.lease for part in parts])
+        self.pool.release_with(plan, [part.lease for part in parts.values()])
         return plan
 
     def planned(self, kind: str, key: tuple, device: torch.device, make: Callable[[torch.Tensor], Any],
@@ -205,13 +199,16 @@ class FlashInferBackend(Backend):
         """BatchPrefillWithPagedKVCacheWrapper over md's sequences; q/out are their tokens."""
         fi, device, dtype = self.fi(), md.seqused_k.device, torch_dtype(point.dtype)
         num_seqs, capacity = md.num_seqs, md.block_table.numel()
+        rows = num_seqs * md.max_seqlen_q  # the most query rows a batch of md's buffers can bring
+        made: list = []
 
         def make(workspace):
             buffers = {}
             if graph:
                 buffers = graph_buffers(device, num_seqs, capacity, suffix="_buf")
                 buffers["qo_indptr_buf"] = torch.zeros(num_seqs + 1, dtype=torch.int32, device=device)
-            return fi.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", use_cuda_graph=graph, **buffers)
+            made.append(fi.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", use_cuda_graph=graph, **buffers))
+            return made[-1]
 
         def plan(wrapper, md: VarlenMetadata) -> None:
             indptr, indices, last_page_len = paged_kv_arrays(md.seqused_k, md.block_table, point.block_size)
@@ -219,8 +216,19 @@ class FlashInferBackend(Backend):
                          point.num_kv_heads, point.head_dim, point.block_size, causal=point.causal,
                          sm_scale=point.softmax_scale, q_data_type=dtype, kv_data_type=dtype)
 
-        key = (True, num_seqs, md.num_tokens, capacity) if graph else (False,)
-        wrapper, lease = self.planned("prefill", key, device, make, lambda w: plan(w, md))
+        def first_plan(wrapper) -> None:
+            if graph and any(w is wrapper for w in made):
+                # A graph-mode wrapper's query rows are fixed by its first plan (prefill.py plan: "cannot
+                # exceed the number of rows set during initialization"; its schedule is sized by them):
+                # a new one is planned first on the buffers' full rows with no keys, so that a batch with
+                # more sequences than this one (padding rows now) can be re-planned into it.
+                full = torch.arange(num_seqs + 1, dtype=torch.int32) * md.max_seqlen_q
+                plan(wrapper, dataclasses.replace(md, cu_seqlens_q=full,
+                                                  seqused_k=torch.zeros(num_seqs, dtype=torch.int32)))
+            plan(wrapper, md)
+
+        key = (True, num_seqs, rows, capacity) if graph else (False,)
+        wrapper, lease = self.planned("prefill", key, device, make, first_plan)
 
         def launch(q, k_cache, v_cache, out):
             wrapper.run(q, (k_cache, v_cache), out=out)

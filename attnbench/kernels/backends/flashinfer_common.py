@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from attnbench.kernels.backends.base import Launch
+from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
 
 FLOAT_WORKSPACE_BYTES = 256 << 20  # vLLM's FLASHINFER_WORKSPACE_BUFFER_SIZE
 POOL_SIZE = 16  # idle wrappers kept for reuse, all shapes together
@@ -193,3 +194,30 @@ class Part:
     def __call__(self, q, k_cache, v_cache, out) -> None:
         self.launch(q, k_cache, v_cache, out)
 
+
+def refresher(backend: str, strategy: str, parts: dict[str, Part]) -> Callable:
+    """Plan.refresh: each part ("unified", or split's "decode" / "prefill") re-planned for its share
+    of new metadata, or a refusal. A share the plan has no part for must be empty (a bucket's part
+    the capture batch lacked, all padding): rows the plan cannot reach are refused, never left."""
+    def refuse(md) -> None:
+        raise RuntimeError(f"{backend} {strategy}: planned in FlashInfer's eager mode (the batch has rows with "
+                           "more than one query token), so it cannot be re-planned into the buffers a graph captured")
+
+    def replan(md: VarlenMetadata | SplitMetadata) -> None:
+        shares = {"unified": md} if strategy == "unified" else {"decode": md.decode, "prefill": md.prefill}
+        for role, share in shares.items():
+            if role not in parts and share is not None and not _empty(share):
+                raise RuntimeError(f"{backend} {strategy}: the plan has no {role} part (it was planned on a batch "
+                                   f"without one), so it cannot run this batch's {role} rows")
+        for role, part in parts.items():
+            if shares[role] is None:
+                raise RuntimeError(f"{backend} {strategy}: the batch has no {role} part for the plan's {role} wrapper")
+            part.replan(shares[role])
+    return refuse if any(part.replan is None for part in parts.values()) else replan
+
+
+def _empty(share: VarlenMetadata | KVCacheMetadata) -> bool:
+    """No query tokens (a varlen share) or no keys for any row (a decode share of padding rows)."""
+    if isinstance(share, VarlenMetadata):
+        return share.num_tokens == 0
+    return not bool(share.cache_seqlens.to("cpu").any())
