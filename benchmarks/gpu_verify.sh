@@ -26,12 +26,14 @@ cat "$OUT/verify.log"
 step gpu-tests 150 python3 -m pytest -q -rs -s -p no:cacheprovider tests/test_graphsafe.py -k OnTheGPU
 
 # e2e CUDA graph modes (issue 11): tiny model, chunked prefill (prefill, mixed and decode steps), each mode's
-# tokens against an eager check run (< 240 s in all); naive is expected to be flagged (MISMATCH / non-finite)
-for cg in none decode full; do
+# tokens against an eager check run (< 290 s in all); naive is expected to be flagged (MISMATCH / non-finite).
+# piecewise: graphs of all but attention, attention eager (flashinfer's full rows run decode graphs + piecewise)
+for cg in none decode piecewise full; do
   step "e2e-$cg" 50 python3 -m attnbench e2e --model tiny --backend "$backends" --input-len 24,64 --output-len 8 \
     --batch-size 1,3 --chunk-size 16 --warmup 1 --iters 2 --cudagraph "$cg" --out "$OUT/e2e-$cg"
 done
 step e2e-full-naive 40 python3 -m attnbench e2e --model tiny --backend "$backends" --input-len 24 --output-len 8 \
   --batch-size 3 --chunk-size 16 --warmup 0 --iters 1 --cudagraph full --graph-policy naive --out "$OUT/e2e-full-naive"
 cat "$OUT"/e2e-*/agreement.csv 2>/dev/null
-step e2e-graph-tests 45 python3 -m pytest -q -rs -s -p no:cacheprovider tests/test_e2e_graphs.py -k OnTheGPU
+step e2e-graph-tests 120 python3 -m pytest -q -rs -s -p no:cacheprovider tests/test_e2e_graphs.py \
+  tests/test_e2e_piecewise.py -k OnTheGPU

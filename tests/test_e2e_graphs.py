@@ -1,8 +1,9 @@
-"""e2e CUDA graph modes (`--cudagraph none|decode|full`, `--graph-policy safe|naive`): on the CPU, the
-pure parts (which bucket a step replays in, what a full-graph step writes into the static buffers),
-a full-graph engine emulated without graphs on the fake FA2 ops of test_graphsafe (launches that
-read metadata tensors when they run, and size their grid by the plan's host ints), the flags, and
-the rows; on a GPU, real full graphs against eager tokens under both policies."""
+"""e2e CUDA graph modes (`--cudagraph none|decode|full`, `--graph-policy safe|naive`; piecewise is
+test_e2e_piecewise.py's): on the CPU, the pure parts (which bucket a step replays in, what a
+full-graph step writes into the static buffers), a full-graph engine emulated without graphs on
+the fake FA2 ops of test_graphsafe (launches that read metadata tensors when they run, and size
+their grid by the plan's host ints), the flags, and the rows; on a GPU, real full graphs against
+eager tokens under both policies."""
 
 from __future__ import annotations
 
@@ -117,7 +118,8 @@ def invoke(*args: str):
 @pytest.mark.parametrize("args, needle", [
     (["--graph-policy", "naive"], "--graph-policy naive: only with --cudagraph full"),
     (["--cudagraph", "fast"], "--cudagraph: unknown mode 'fast'"),
-    (["--cudagraph", "piecewise"], "--cudagraph piecewise: not built yet"),
+    (["--eager", "--cudagraph", "piecewise"], "--eager is --cudagraph none"),
+    (["--cudagraph", "piecewise", "--graph-policy", "naive"], "--graph-policy naive: only with --cudagraph full"),
     (["--eager", "--cudagraph", "full"], "--eager is --cudagraph none"),
     (["--cudagraph", "full", "--graph-policy", "lazy"], "--graph-policy: unknown policy 'lazy'"),
 ])

@@ -25,7 +25,7 @@ def e2e(
     strategy: Annotated[str, typer.Option(help="Attention strategies. Example: --strategy unified,split")] = "unified,split",
     backend: Annotated[Optional[str], typer.Option(help="Attention backends (default: every available kernel backend; reference on CPU). Example: --backend vllm-fa2")] = None,
     eager: Annotated[bool, typer.Option(help="No CUDA graphs: the same as --cudagraph none. Example: --eager")] = False,
-    cudagraph: Annotated[str, typer.Option(help="CUDA graph mode: none (eager), decode (decode steps replay graphs, prefill and mixed steps eager), full (every step replays a graph, buckets over tokens and sequences, captured on first use in the untimed check run); piecewise is not built yet. On the CPU, or a backend that cannot be captured, rows fall back to none with a note. Example: --cudagraph full")] = "decode",
+    cudagraph: Annotated[str, typer.Option(help="CUDA graph mode: none (eager), decode (decode steps replay graphs, prefill and mixed steps eager), piecewise (every step replays graphs of everything but attention, n_layer + 1 per token bucket, attention eager in between, as vLLM V1's PIECEWISE), full (every step replays a graph, buckets over tokens and sequences; a backend whose graphs replay on decode batches only runs its prefill and mixed steps piecewise). Graphs of piecewise and full are captured on first use in the untimed check run. On the CPU, or a backend that cannot be captured (decode, full), rows fall back to none with a note. Example: --cudagraph piecewise")] = "decode",
     graph_policy: Annotated[str, typer.Option(help="With --cudagraph full: safe (static max_seqlen upper bounds, padded cu_seqlens) or naive (metadata as it comes: the seed's graph bug, which the agreement check should call MISMATCH). Example: --cudagraph full --graph-policy naive")] = "safe",
     dtype: Annotated[str, typer.Option(help="bf16 or fp16. Example: --dtype fp16")] = "bf16",
     block_size: Annotated[int, typer.Option(help="KV cache block size, a multiple of 16. Example: --block-size 32")] = 16,
@@ -51,6 +51,7 @@ def e2e(
     attnbench e2e --model qwen-14b --input-len 512 --output-len 32 --chunk-size 256;
     attnbench e2e --model ./checkpoints/my-llama --eager;
     attnbench e2e --model llama-7b --chunk-size 256 --cudagraph full;
+    attnbench e2e --model llama-7b --chunk-size 256 --cudagraph piecewise;
     python -m torch.distributed.run --nproc-per-node 2 -m attnbench e2e --model llama-2-70b --tp 2
     """
     values = dict(locals())  # every flag, by parameter name

@@ -41,7 +41,9 @@ class PagedAttention:
     def bind(self, plan: Plan, slot_mapping: torch.Tensor) -> None:
         self.bound, self.slot_mapping = plan, slot_mapping
 
-    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+        """out: where the output goes (piecewise graphs pass their static buffer's rows); new when None."""
         k_cache, v_cache = self.layers[layer]
         write_kv(k_cache, v_cache, k, v, self.slot_mapping)
-        return self.bound.run(q, k_cache, v_cache, torch.empty_like(q))
+        return self.bound.run(q, k_cache, v_cache, torch.empty_like(q) if out is None else out)

@@ -14,9 +14,10 @@ buffers the live batch is copied into. Padding rows are harmless: they attend to
 (seqused_k / cache_seqlens = 0) and write their K/V into a scratch block no block table names.
 Prefill and mixed (chunked-prefill) steps run eagerly: a graph captured on a decode batch froze
 max_seqlen_q = 1 and is not valid for them (KERNELS.md, "CUDA graphs and varlen"); `graphs="full"`
-replays every step kind from graphs bucketed over tokens and sequences (graphs.py). Under tensor
-parallelism each rank captures its own graphs, NCCL all-reduces inside, and every rank replays the
-same bucket at the same step, since every rank runs the same schedule.
+replays every step kind from graphs bucketed over tokens and sequences (graphs.py), and
+`graphs="piecewise"` every step's non-attention parts, attention eager between them (piecewise.py).
+Under tensor parallelism each rank captures its own graphs, NCCL all-reduces inside, and every
+rank replays the same bucket at the same step, since every rank runs the same schedule.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from typing import Callable
 import torch
 
 from attnbench.e2e.attention import PagedAttention
-from attnbench.e2e.graphs import BUILT_MODES, GRAPH_NOTE, FullGraphs, graph_buckets  # noqa: F401 (re-exported)
+from attnbench.e2e.graphs import BUILT_MODES, GRAPH_NOTE, graph_buckets  # noqa: F401 (re-exported)
+from attnbench.e2e.piecewise import step_graphs
 from attnbench.e2e.model import ModelArgs, Transformer
 from attnbench.e2e.scheduler import KVCache, Sequence, schedule
 from attnbench.errors import AttnbenchError
@@ -81,8 +83,9 @@ class Generation:
 class Engine:
     def __init__(self, model: Transformer, cache: KVCache, attn: PagedAttention, max_num_seqs: int,
                  max_model_len: int, chunk_size: int | None = None, graphs: bool | str = False,
-                 graph_policy: str = "safe"):
-        """graphs: False / "none" (eager), True / "decode" (decode graphs), "full" (every step)."""
+                 graph_policy: str = "safe", emulate: bool = False):
+        """graphs: False / "none" (eager), True / "decode" (decode graphs), "full" (every step), "piecewise"
+        (every step, attention eager). emulate: full and piecewise graphs on the CPU, for tests (graphs.py)."""
         self.model, self.cache, self.attn = model, cache, attn
         self.max_num_seqs, self.max_model_len = max_num_seqs, max_model_len
         self.token_budget = chunk_size or sys.maxsize
@@ -93,13 +96,19 @@ class Engine:
         mode = {False: "none", True: "decode"}.get(graphs, graphs)
         if mode not in BUILT_MODES:
             raise AttnbenchError(f"CUDA graph mode {mode!r} is not built; choose from {', '.join(BUILT_MODES)}")
-        self.full = FullGraphs(self, graph_policy) if mode == "full" else None
-        if mode == "decode":
+        self.full, self.piecewise = step_graphs(self, mode, graph_policy, emulate)
+        if mode == "decode" or (mode == "full" and self.full is None):  # full on a decode-only backend
             self.capture()
 
     def graph_stats(self) -> tuple[int, int]:
         """How many graphs this engine captured, and the device memory (bytes) their capture reserved."""
-        return (len(self.full.graphs), self.full.mem_bytes) if self.full else (len(self.graphs), self.graph_mem_bytes)
+        bucketed = [g for g in (self.full, self.piecewise) if g is not None]
+        return (len(self.graphs) + sum(g.num_graphs for g in bucketed),
+                self.graph_mem_bytes + sum(g.mem_bytes for g in bucketed))
+
+    def capture_s(self) -> float:
+        """Seconds spent capturing bucketed graphs so far (on first use, inside steps)."""
+        return sum(g.capture_s for g in (self.full, self.piecewise) if g is not None)
 
     # --- host side ---------------------------------------------------------------------------
 
@@ -137,6 +146,8 @@ class Engine:
             return self.full.load(step)
         if step.kind == "decode" and self.graphs:
             return self._load_graph(step)
+        if self.piecewise is not None:  # piecewise, or full's prefill/mixed steps on a decode-only backend
+            return self.piecewise.load(step)
         metadata = build_metadata(self.attn.strategy, step.batch, step.block_table).to(self.device)
         self.attn.bind(self.attn.plan(metadata), self._upload(step.slot_mapping, torch.long))
         ids, pos = self._upload(step.input_ids, torch.long), self._upload(step.positions, torch.long)
@@ -236,12 +247,12 @@ class Engine:
             torch.cuda.synchronize(self.device)
         start = time.perf_counter()
         while not all(seq.finished for seq in seqs):
-            host_start, captured = time.perf_counter(), self.full.capture_s if self.full else 0.0
+            host_start, captured = time.perf_counter(), self.capture_s()
             step = self.prepare(schedule(seqs, self.token_budget))
             launch = self.load(step)
-            graph = self.full is not None or (step.kind == "decode" and bool(self.graphs))
+            graph = self.full is not None or self.piecewise is not None or (step.kind == "decode" and bool(self.graphs))
             device_start = time.perf_counter()
-            capture_s = self.full.capture_s - captured if self.full else 0.0  # a first-use capture is not host time
+            capture_s = self.capture_s() - captured  # a first-use capture is not host time
             records.append(StepRecord(step.kind, len(step.rows), len(step.input_ids), graph,
                                       (device_start - host_start - capture_s) * 1e6))
             if self.cuda:

@@ -25,6 +25,10 @@ cu_seqlens_q padded non-decreasing, padding sequences with no keys and the scrat
 tokens writing K/V to the cache's scratch slot. `naive`: the plan is made on the batch that
 first needed the bucket, later batches copied in as they come: the seed's bug, for
 `--graph-policy naive`; the agreement check is expected to call it MISMATCH.
+
+A backend whose `graph_replay` is "decode-only" (FlashInfer) replays no graph of this module:
+under `full` its decode steps replay the engine's decode graphs and its prefill and mixed steps
+run piecewise (piecewise.py, step_graphs), and its rows' graph_note says so.
 """
 
 from __future__ import annotations
@@ -44,10 +48,20 @@ from attnbench.kernels.graphsafe import (POLICIES, Bucket, Buffers, Metadata, pl
 from attnbench.kernels.metadata import build_metadata
 from attnbench.kernels.workload import Batch
 
-CUDAGRAPH_MODES = ("none", "decode", "piecewise", "full")
-BUILT_MODES = ("none", "decode", "full")
+CUDAGRAPH_MODES = BUILT_MODES = ("none", "decode", "piecewise", "full")
 GRAPH_NOTE = "decode steps replay CUDA graphs (buckets {buckets}); prefill and mixed steps run eagerly"
 FULL_NOTE = "every step replays a CUDA graph ({policy} policy; buckets over tokens and sequences, captured on first use)"
+DECODE_ONLY_NOTE = ("decode steps replay decode CUDA graphs (buckets {buckets}); prefill and mixed steps run piecewise "
+                    "(attention eager, {segments} graphs per token bucket): the {backend} backend's captured graphs "
+                    "replay on pure-decode batches only (graph_replay); --graph-policy does not apply")
+PIECEWISE_NOTE = ("every step replays piecewise CUDA graphs (all but attention, {segments} per token bucket, captured "
+                  "on first use); attention runs eagerly between them on the step's real tokens")
+
+
+def graph_replay(backend) -> str:
+    """Which batches a backend's captured plans replay on: "any", or "decode-only" (FlashInfer's
+    wrappers); "any" for a backend from before the attribute."""
+    return getattr(backend, "graph_replay", "any")
 
 
 def graph_buckets(max_num_seqs: int) -> list[int]:
@@ -59,9 +73,7 @@ def graph_buckets(max_num_seqs: int) -> list[int]:
 def check_cudagraph(args) -> None:
     """--cudagraph / --eager / --graph-policy of runner.E2EArgs, each refusal one line."""
     if args.cudagraph not in CUDAGRAPH_MODES:
-        raise UsageError(f"--cudagraph: unknown mode {args.cudagraph!r}; choose from {', '.join(BUILT_MODES)}")
-    if args.cudagraph not in BUILT_MODES:
-        raise UsageError(f"--cudagraph {args.cudagraph}: not built yet; choose from {', '.join(BUILT_MODES)}")
+        raise UsageError(f"--cudagraph: unknown mode {args.cudagraph!r}; choose from {', '.join(CUDAGRAPH_MODES)}")
     if args.eager and args.cudagraph not in ("decode", "none"):
         raise UsageError(f"--eager is --cudagraph none: it cannot be combined with --cudagraph {args.cudagraph}")
     if args.graph_policy not in POLICIES:
@@ -77,16 +89,23 @@ def cudagraph_of(args) -> str:
 
 
 def graph_mode(backend: str, device: torch.device, eager: bool, max_num_seqs: int, cudagraph: str = "decode",
-               graph_policy: str = "safe") -> tuple[str, str]:
-    """The CUDA graph mode a backend's rows run in (none, decode, full) and why; a mode that cannot
-    run here falls back to none, with the reason recorded."""
+               graph_policy: str = "safe", n_layer: int = 0) -> tuple[str, str]:
+    """The CUDA graph mode a backend's rows run in (none, decode, piecewise, full) and why; a mode
+    that cannot run here falls back to none, with the reason recorded. Piecewise never captures
+    attention, so any backend runs it. n_layer: the model's layers (piecewise's note)."""
     if eager or cudagraph == "none":
         return "none", "eager (--eager)" if eager else "eager (--cudagraph none)"
     if device.type != "cuda":
         return "none", f"eager: CUDA graphs need a GPU (this run is on {device.type})"
+    segments = n_layer + 1 if n_layer else "n_layer + 1"
+    if cudagraph == "piecewise":
+        return "piecewise", PIECEWISE_NOTE.format(segments=segments)
     if not get_backend(backend).graph_safe:
         return "none", f"eager: the {backend} backend cannot be captured in a CUDA graph"
     if cudagraph == "full":
+        if graph_replay(get_backend(backend)) == "decode-only":  # piecewise.step_graphs
+            return "full", DECODE_ONLY_NOTE.format(buckets=",".join(map(str, graph_buckets(max_num_seqs))),
+                                                   segments=segments, backend=backend)
         return "full", FULL_NOTE.format(policy=graph_policy)
     return "decode", GRAPH_NOTE.format(buckets=",".join(map(str, graph_buckets(max_num_seqs))))
 
@@ -170,6 +189,10 @@ class FullGraphs:
         self.pool = None
         self.mem_bytes = 0
         self.capture_s = 0.0
+
+    @property
+    def num_graphs(self) -> int:
+        return len(self.graphs)
 
     def bucket(self, step) -> Bucket:
         return full_bucket(self.engine.attn.strategy, step.batch, self.seq_buckets, self.tok_buckets,

@@ -124,7 +124,8 @@ def run_ranks(args: E2EArgs, console: Console, command: list[str], margs: ModelA
             if reason:
                 raise UsageError(reason if reason.startswith("--") else f"--backend: {b} cannot run {margs.name} here: {reason}")
     max_bs = max(args.batch_sizes)
-    plans = {b: graph_mode(b, device, args.eager, max_bs, cudagraph_of(args), args.graph_policy) for b in backends}
+    plans = {b: graph_mode(b, device, args.eager, max_bs, cudagraph_of(args), args.graph_policy, margs.n_layer)
+             for b in backends}
     runs_at_once = len(backends) * len(args.strategies) * (2 if any(g != "none" for g, _ in plans.values()) else 1)
     elt = torch.empty((), dtype=torch_dtype(dtype_name)).element_size()
     parts = estimate_bytes(shard, elt, max_bs, max_model_len, args.block_size,

@@ -184,12 +184,18 @@ class Attention(nn.Module):
         self.bqkv = _param(qkv, dtype=dtype, device=device) if args.qkv_bias else None
         self.wo = _param(args.dim, args.n_head * args.head_dim, dtype=dtype, device=device)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn: AttnFn) -> torch.Tensor:
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """The attention call's inputs: q and k rotated, [tokens, heads, head_dim] each."""
         q_size, kv_size = self.n_head * self.head_dim, self.n_kv_head * self.head_dim
         q, k, v = F.linear(x, self.wqkv, self.bqkv).split([q_size, kv_size, kv_size], dim=-1)
         q, k = rope_qk(q.view(-1, self.n_head, self.head_dim), k.view(-1, self.n_kv_head, self.head_dim), cos, sin)
-        out = attn(self.layer_id, q, k, v.view(-1, self.n_kv_head, self.head_dim))
-        return F.linear(out.view(-1, q_size), self.wo)
+        return q, k, v.view(-1, self.n_kv_head, self.head_dim)
+
+    def forward(self, out: torch.Tensor) -> torch.Tensor:
+        """The output projection of the attention call's output. It is this module's forward (and
+        qkv a method) so that a forward hook, parallel.py's all-reduce after the row-parallel wo,
+        runs in every path: eager, and piecewise graphs, where the call runs between two graphs."""
+        return F.linear(out.view(out.shape[0], -1), self.wo)
 
 
 class FeedForward(nn.Module):
@@ -212,9 +218,15 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps, dtype, device)
         self.feed_forward = FeedForward(args, dtype, device)
 
-    def forward(self, x, cos, sin, attn: AttnFn) -> torch.Tensor:
-        h = x + self.attention(self.attention_norm(x), cos, sin, attn)
+    def pre_attention(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        return self.attention.qkv(self.attention_norm(x), cos, sin)
+
+    def post_attention(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        h = x + self.attention(out)
         return h + self.feed_forward(self.ffn_norm(h))
+
+    def forward(self, x, cos, sin, attn: AttnFn) -> torch.Tensor:
+        return self.post_attention(x, attn(self.attention.layer_id, *self.pre_attention(x, cos, sin)))
 
 
 class Transformer(nn.Module):
@@ -237,10 +249,18 @@ class Transformer(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttnFn,
                 logits_indices: torch.Tensor | None = None) -> torch.Tensor:
         """Logits for the tokens at `logits_indices` (all tokens when None)."""
-        x = F.embedding(input_ids, self.tok_embeddings)
-        cos, sin = self.rope_cos[positions], self.rope_sin[positions]
+        x, cos, sin = self.embed(input_ids, positions)
         for layer in self.layers:
             x = layer(x, cos, sin, attn)
+        return self.head(x, logits_indices)
+
+    # forward's parts, which piecewise CUDA graphs (piecewise.py) capture between the attention calls
+
+    def embed(self, input_ids: torch.Tensor, positions: torch.Tensor):
+        """The tokens' embeddings and their positions' RoPE cos/sin."""
+        return F.embedding(input_ids, self.tok_embeddings), self.rope_cos[positions], self.rope_sin[positions]
+
+    def head(self, x: torch.Tensor, logits_indices: torch.Tensor | None = None) -> torch.Tensor:
         if logits_indices is not None:
             x = x[logits_indices]
         return F.linear(self.norm(x), self.output)

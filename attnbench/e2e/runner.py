@@ -54,7 +54,7 @@ class E2EArgs:
     strategies: list[str] = DEFAULT_STRATEGIES
     backends: list[str] | None = None
     eager: bool = False  # the same as cudagraph="none"
-    cudagraph: str = "decode"  # --cudagraph none|decode|full (graphs.CUDAGRAPH_MODES)
+    cudagraph: str = "decode"  # --cudagraph none|decode|piecewise|full (graphs.CUDAGRAPH_MODES)
     graph_policy: str = "safe"  # --graph-policy: how full graphs take metadata (graphsafe.POLICIES)
     dtype: str = "bf16"
     block_size: int = 16
@@ -180,7 +180,7 @@ class ModelEngines:
         model.setup_rope(max_model_len)
 
     def engine(self, backend: str, strategy: str, graphs: bool | str, graph_policy: str = "safe") -> Engine:
-        """graphs: False / "none", True / "decode", or "full" (Engine's)."""
+        """graphs: False / "none", True / "decode", "piecewise" or "full" (Engine's)."""
         mode = {False: "none", True: "decode"}.get(graphs, graphs)
         key = (backend, strategy, mode, graph_policy if mode == "full" else "")
         if key not in self.engines:
@@ -249,7 +249,7 @@ def run_point(engines: ModelEngines, args: E2EArgs, plans: dict, fields: dict, p
             try:
                 engine = engines.engine(backend, strategy, cudagraph, args.graph_policy)
                 check = checks[(backend, strategy, mode)] = engine.generate(prompts, output_len, record_logits=True)
-                count, reserved = engine.graph_stats()  # full graphs are captured on first use: by the check run
+                count, reserved = engine.graph_stats()  # full/piecewise graphs are captured on first use: by the check run
                 row.update(graphs=count, graph_mem_mb=round(reserved / 2**20, 1))
                 for _ in range(args.warmup):
                     engine.generate(prompts, output_len)

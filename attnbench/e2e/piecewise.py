@@ -1,0 +1,183 @@
+"""Piecewise CUDA graphs for the e2e engine: everything but attention replayed from graphs, attention eager.
+
+Why: `--cudagraph full` puts attention inside the graph, which needs the graph-safety recipe
+(static max_seqlen bounds, padded metadata) and a backend whose plans replay on any batch; a
+backend that cannot (FlashInfer's wrappers replay on pure-decode batches only) would run mixed
+steps eagerly and host-bound. vLLM V1's PIECEWISE mode splits the model at the attention op:
+the GEMMs, norms, RoPE, SwiGLU and LM head replay from graphs bucketed by token count, and the
+attention call runs eagerly in between with the step's own metadata and plan. This is that mode
+(`--cudagraph piecewise`), and what `full` runs the prefill and mixed steps of a backend whose
+`graph_replay` is "decode-only" with, its decode steps replaying decode graphs (vLLM's
+FULL_AND_PIECEWISE; step_graphs).
+
+Segments. Per token bucket, n_layer + 1 graphs on static buffers: embedding, RoPE cos/sin and
+layer 0's q/k/v; then, per layer i >= 1, layer i-1's output projection, residual and MLP followed
+by layer i's q/k/v; last, the last layer's post-attention part, the final norm and the LM head
+on the sampled rows (`logits_indices`, padded with row 0). The residual stream, cos/sin, q/k/v,
+the attention output and the logits are static buffers each segment copies into: no tensor of
+one graph's pool is read by another, so the order in which buckets were captured never matters.
+
+Padding. A step of n tokens replays the smallest bucket >= n (graphs.token_buckets). Attention
+runs on the first n rows only (q[:n], the real tokens, decode rows first as eager has them), with
+the step's unpadded metadata, plan and slot mapping, and writes its output into the static
+output's first n rows: padding rows never reach attention, so they write no K/V at all (no
+scratch slot is needed) and read none. Their output rows keep stale finite values that feed only
+padding rows: every op in a segment is row-wise, and the LM head reads real rows only. Real rows
+may still differ from eager in the last bits where a GEMM picks another kernel for the padded
+row count, as under `full`; the agreement check allows near-ties.
+
+Decode steps replay the same piecewise graphs (attention eager there too), so `piecewise`
+measures one thing on every step kind; `decode` and `full` are the modes whose decode attention
+is in a graph. The plan is made per step, as eager makes it, and counts in the step's host time.
+Graphs are captured the first time a step needs their bucket (the runner's untimed check run),
+in one memory pool shared by this engine's piecewise graphs; capture time is left out of host time.
+`emulate` (CPU tests): a "replay" runs the segment again on the static buffers.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from attnbench.e2e.graphs import FullGraphs, graph_replay, round_up, token_buckets
+from attnbench.errors import AttnbenchError
+from attnbench.kernels.metadata import build_metadata
+
+
+@dataclass
+class _Static:
+    """One bucket's buffers, at fixed addresses: the segments' inputs and outputs."""
+
+    input_ids: torch.Tensor  # [tokens]
+    positions: torch.Tensor
+    logits_indices: torch.Tensor  # [min(tokens, max_num_seqs)]
+    x: torch.Tensor  # the residual stream [tokens, dim]
+    cos: torch.Tensor
+    sin: torch.Tensor
+    q: torch.Tensor  # [tokens, heads, head_dim]
+    k: torch.Tensor
+    v: torch.Tensor
+    attn_out: torch.Tensor  # the eager attention's output, q's shape
+    logits: torch.Tensor  # [min(tokens, max_num_seqs), vocab]
+
+
+class PiecewiseGraphs:
+    """One engine's piecewise graphs, by token bucket. `engine`: the engine.Engine that owns them
+    (engine.py imports this module, so its types are not named here)."""
+
+    def __init__(self, engine, emulate: bool = False):
+        if not engine.cuda and not emulate:
+            raise AttnbenchError("CUDA graphs need a CUDA device")
+        self.engine, self.emulate = engine, emulate
+        self.tok_buckets = token_buckets(min(engine.token_budget, engine.max_num_seqs * engine.max_model_len))
+        self.graphs: dict[int, tuple[_Static, list[Callable[[], None]]]] = {}  # bucket -> buffers, segment replays
+        self.pool = None
+        self.mem_bytes = 0
+        self.capture_s = 0.0
+
+    @property
+    def num_graphs(self) -> int:
+        return sum(len(replays) for _, replays in self.graphs.values())
+
+    def load(self, step) -> Callable[[], torch.Tensor]:
+        """`step`: an engine.Step. Its inputs into the bucket's buffers, its plan bound; the launch."""
+        e, n, sampled = self.engine, len(step.input_ids), len(step.logits_indices)
+        tokens = round_up(n, self.tok_buckets)
+        s, replays = self.graphs.get(tokens) or self._capture(tokens)
+        metadata = build_metadata(e.attn.strategy, step.batch, step.block_table).to(e.device)
+        e.attn.bind(e.attn.plan(metadata), e._upload(step.slot_mapping, torch.long))
+        e._copy_in(s.input_ids, step.input_ids + [0] * (tokens - n))
+        e._copy_in(s.positions, step.positions + [0] * (tokens - n))
+        e._copy_in(s.logits_indices, step.logits_indices + [0] * (s.logits_indices.shape[0] - sampled))
+        q, k, v, out = s.q[:n], s.k[:n], s.v[:n], s.attn_out[:n]
+        logits, attn = s.logits[:sampled], e.attn
+
+        def launch() -> torch.Tensor:
+            for layer, replay in enumerate(replays[:-1]):
+                replay()
+                attn(layer, q, k, v, out)
+            replays[-1]()
+            return logits
+        return launch
+
+    def _buffers(self, tokens: int) -> _Static:
+        e, a = self.engine, self.engine.model.args
+        dtype, rope = e.model.tok_embeddings.dtype, e.model.rope_cos
+        rows = min(tokens, e.max_num_seqs)  # a sampled row is a token of its own sequence
+
+        def zeros(*shape: int, dtype: torch.dtype = dtype) -> torch.Tensor:
+            return torch.zeros(shape, dtype=dtype, device=e.device)
+        return _Static(zeros(tokens, dtype=torch.long), zeros(tokens, dtype=torch.long), zeros(rows, dtype=torch.long),
+                       zeros(tokens, a.dim), zeros(tokens, rope.shape[1], dtype=rope.dtype),
+                       zeros(tokens, rope.shape[1], dtype=rope.dtype), zeros(tokens, a.n_head, a.head_dim),
+                       zeros(tokens, a.n_kv_head, a.head_dim), zeros(tokens, a.n_kv_head, a.head_dim),
+                       zeros(tokens, a.n_head, a.head_dim), zeros(rows, a.vocab_size))
+
+    def _segments(self, s: _Static) -> list[Callable[[], None]]:
+        """The n_layer + 1 functions between attention calls, each reading and writing `s` only."""
+        model = self.engine.model
+
+        def store_qkv(layer: int, x: torch.Tensor) -> None:
+            for buffer, value in zip((s.q, s.k, s.v), model.layers[layer].pre_attention(x, s.cos, s.sin)):
+                buffer.copy_(value)
+
+        def first() -> None:
+            x, cos, sin = model.embed(s.input_ids, s.positions)
+            s.x.copy_(x)
+            s.cos.copy_(cos)
+            s.sin.copy_(sin)
+            store_qkv(0, x)
+
+        def between(layer: int) -> Callable[[], None]:
+            def run() -> None:  # layer - 1's post-attention part, then layer's pre-attention part
+                x = model.layers[layer - 1].post_attention(s.x, s.attn_out)
+                s.x.copy_(x)
+                store_qkv(layer, x)
+            return run
+
+        def last() -> None:
+            x = model.layers[-1].post_attention(s.x, s.attn_out)
+            s.logits.copy_(model.head(x, s.logits_indices))
+        return [first, *(between(i) for i in range(1, len(model.layers))), last]
+
+    @torch.inference_mode()
+    def _capture(self, tokens: int) -> tuple[_Static, list[Callable[[], None]]]:
+        e, start = self.engine, time.perf_counter()
+        if not self.emulate:  # graph capture empties the allocator's cache: see Engine.capture
+            torch.cuda.empty_cache()
+        reserved = 0 if self.emulate else torch.cuda.memory_reserved(e.device)
+        s = self._buffers(tokens)
+        segments = self._segments(s)
+        for segment in segments:  # warm-up, in order: lazy initialisation and compilation stay out of the graphs
+            segment()
+        replays = segments
+        if not self.emulate:
+            # under a tensor-parallel process group: see Engine.capture
+            mode = "thread_local" if torch.distributed.is_initialized() else "global"
+            replays = []
+            for segment in segments:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, self.pool, capture_error_mode=mode):
+                    segment()
+                self.pool = self.pool or graph.pool()
+                replays.append(graph.replay)
+            torch.cuda.synchronize(e.device)
+            self.mem_bytes += torch.cuda.memory_reserved(e.device) - reserved
+        self.graphs[tokens] = s, replays
+        self.capture_s += time.perf_counter() - start
+        return self.graphs[tokens]
+
+
+def step_graphs(engine, mode: str, policy: str = "safe",
+                emulate: bool = False) -> tuple[FullGraphs | None, PiecewiseGraphs | None]:
+    """The bucketed graphs an engine in `mode` replays: full, or piecewise. Under full, a backend
+    whose captured graphs replay on pure-decode batches only (graph_replay "decode-only":
+    FlashInfer) gets none of full's: its decode steps replay the engine's decode graphs (the
+    single-token decode batches its graph-mode plans are made for) and its prefill and mixed
+    steps run piecewise, as vLLM's FULL_AND_PIECEWISE mode does."""
+    decode_only = mode == "full" and graph_replay(engine.attn.backend) == "decode-only"
+    full = FullGraphs(engine, policy, emulate) if mode == "full" and not decode_only else None
+    return full, (PiecewiseGraphs(engine, emulate) if mode == "piecewise" or decode_only else None)
