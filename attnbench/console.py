@@ -43,17 +43,53 @@ def print_seed_table(console: Console, df) -> None:
     if table.empty:
         console.print("[yellow]no measured rows[/]")
         return
-    constant = [c for c in ("backend", "mode", "l2", "kind", "prefix ratio")
+    constant = [c for c in ("backend", "mode", "l2", "kind", "prefix ratio", "decode share", "decode seqs")
                 if c in table and table[c].nunique() == 1]
     if (table["kv heads"] == table["heads"]).all():
         table = table.drop(columns="kv heads")
     title = ", ".join(f"{c} {table[c].iloc[0]}" for c in constant)
-    table = table.drop(columns=constant)
+    table, mixed = mixed_to_title(table.drop(columns=constant))
+    title = ", ".join(p for p in (title, mixed) if p)
     rich_table = Table(*table.columns, title=f"{title} (<strategy> / unified > 1: unified is faster)")
     for row in table.itertuples(index=False):
         rich_table.add_row(*(format_cell(col, v) for col, v in zip(table.columns, row)))
     console.print(rich_table)
     print_run_notes(console, df)
+
+
+def mixed_to_title(table):
+    """(table, title text): a decode share or count that one value holds for every mixed row is said
+    once in the title (other kinds show "-" there), not in a column."""
+    said = []
+    for column in ("decode share", "decode seqs"):
+        values = set(table[column]) - {"-"} if column in table else set()
+        if column in table and len(values) <= 1:
+            said += [f"mixed {column} {values.pop()}"] if values else []
+            table = table.drop(columns=column, errors="ignore")
+    return table, ", ".join(said)
+
+
+def print_fusion_table(console: Console, df) -> None:
+    """Fused over the best of the others, with the parts timed alone (results/fusion.py), the
+    columns summary.md adds left out; nothing without a passing fused row."""
+    from attnbench.results.files import format_cell
+    from attnbench.results.fusion import fusion_table
+
+    table = fusion_table(df)
+    if table.empty:
+        return
+    table = table.drop(columns=[c for c in table if c.endswith(" ms") and "alone" not in c])
+    constant = [c for c in ("mode", "l2", "kind", "context") if table[c].nunique() == 1]
+    if (table["kv heads"] == table["heads"]).all():
+        table = table.drop(columns="kv heads")
+    title = ", ".join(f"{c} {table[c].iloc[0]}" for c in constant)
+    table, mixed = mixed_to_title(table.drop(columns=constant))
+    rich_table = Table(*table.columns, title=f"{', '.join(p for p in (title, mixed) if p)}: fused / best of the "
+                                             "others (< 1: fused is faster); each part timed alone "
+                                             "(prefill / decode near 1: balanced)")
+    for row in table.itertuples(index=False):
+        rich_table.add_row(*(format_cell(col, v) for col, v in zip(table.columns, row)))
+    console.print(rich_table)
 
 
 def print_run_notes(console: Console, df) -> None:

@@ -23,7 +23,8 @@ fi
 step verify 240 python3 -m attnbench verify --backend "$backends" --strategy unified,split \
   --policy naive,safe --heads 32 --kv-heads 8 --dim 128 --out "$OUT/verify"
 cat "$OUT/verify.log"
-step gpu-tests 150 python3 -m pytest -q -rs -s -p no:cacheprovider tests/test_graphsafe.py -k OnTheGPU
+step gpu-tests 150 python3 -m pytest -q -rs -s -p no:cacheprovider tests/test_graphsafe.py tests/test_flashinfer.py \
+  tests/test_flashinfer_graphs.py -k OnTheGPU
 
 # e2e CUDA graph modes (issue 11): tiny model, chunked prefill (prefill, mixed and decode steps), each mode's
 # tokens against an eager check run (< 290 s in all); naive is expected to be flagged (MISMATCH / non-finite).

@@ -17,7 +17,8 @@ from attnbench.results.compare import classify
 pytest_plugins = ["results_fixtures"]
 
 KEY = dict(kind="decode", num_heads=2, num_kv_heads=2, head_dim=16, dtype="bfloat16", block_size=16, causal=True,
-           context="16", decode_share=0.5, prefix_ratio=0.5, spec_k=4, prefill_len=512, seed=0, backend="reference",
+           context="16", decode_share=0.5, prefix_ratio=0.5, spec_k=4, prefill_len=512, seed=0, decode_seqs=0,
+           backend="reference",
            strategy="unified", mode="eager", l2="warm", verdict="pass")
 
 

@@ -5,6 +5,8 @@ outputs are compared with test_backend_contract's paged_oracle, which reads the 
 directly, so a wrong indptr, page, length or token slice shows. Plan.run runs under
 `no_host_reads`. The GPU class checks every strategy against the float32 reference, eager and
 as a CUDA-graph replay, and skips with the reason where there is no GPU or no flashinfer.
+The fused strategy's own routes (where POD's pages are gathered, several prefill requests):
+test_flashinfer_pod.py.
 """
 
 from __future__ import annotations
@@ -26,12 +28,11 @@ from attnbench.kernels.backends import flashinfer_common
 from attnbench.kernels.backends.flashinfer import FlashInferBackend
 from attnbench.kernels.backends.flashinfer_ba import FlashInferBABackend
 from attnbench.kernels.backends.flashinfer_common import paged_kv_arrays
-from attnbench.kernels.backends.flashinfer_pod import fused_refusal
 from attnbench.kernels.backends.reference import reference_attention
 from attnbench.kernels.backends.registry import REGISTRY
 from attnbench.kernels.check import check_output
 from attnbench.kernels.inputs import make_inputs
-from attnbench.kernels.metadata import build_metadata, build_split
+from attnbench.kernels.metadata import build_metadata
 from attnbench.kernels.timing import TimedKernel
 from attnbench.kernels.workload import KINDS, STRATEGIES, Batch, SweepPoint
 
@@ -123,18 +124,6 @@ def test_fused_is_one_pod_launch_over_one_prefill_request_and_the_decodes():
     assert type(pod) is FakePOD and len(plan.launches) == 1 and pod.indptr.numel() == decodes + 1
     assert pod.runs[0].data_ptr() == inputs.q.data_ptr() and plan.details["fi_fused"].startswith("POD: 1 prefill")
     assert f"{prefill_kv} keys" in plan.details["fi_fused"]
-
-
-def test_a_batch_pod_cannot_take_is_refused_with_the_reason():
-    batch = Batch((1, 1, 5, 6), (10, 12, 20, 8), (True, True, False, False))
-    table = torch.arange(8, dtype=torch.int32).view(4, 2)
-    with pytest.raises(ValueError, match="one prefill request beside the decodes, this batch has 2"):
-        FlashInferBackend(FakeFlashInfer()).plan("fused", point("mixed"), build_split(batch, table))
-    assert "one query token per request" in fused_refusal(3, 4, 1)
-    assert "GQA group of 32" in fused_refusal(3, 1, 1, 32) and fused_refusal(3, 1, 1, 16) is None  # pod.cu tiles
-    assert "GQA group of 32" in FlashInferBackend(FakeFlashInfer()).supports(
-        point("mixed", num_heads=32, num_kv_heads=1), "fused", CPU)
-    assert fused_refusal(0, 1, 2) is None and fused_refusal(3, 4, 0) is None  # one part: it runs alone
 
 
 def test_live_plans_never_share_a_schedule_and_a_dead_plans_wrappers_are_reused():

@@ -138,6 +138,7 @@ def test_every_kernel_flag_is_a_key_and_reaches_kernel_args(tmp_path):
         block_size = 32
         context = "uniform:8:64"
         decode_share = 0.25
+        decode_seqs = [4, 8]
         prefix_ratio = [0, 0.5]
         spec_k = 2
         prefill_len = 64
@@ -165,8 +166,9 @@ def test_every_kernel_flag_is_a_key_and_reaches_kernel_args(tmp_path):
     assert all(getattr(args, flags[k].param) == v for k, v in newer.items())
     assert (args.shapes, args.kv_heads, args.tokens, args.kinds, args.strategies, args.backends, args.modes) == (
         [(8, 32)], 2, [3, 5], ["decode", "mixed"], ["split"], ["reference"], ["eager"])
-    assert (args.dtype, args.block_size, args.context, args.decode_share, args.prefix_ratios, args.spec_k) == (
-        "fp16", 32, "uniform:8:64", 0.25, [0.0, 0.5], 2, )
+    assert (args.dtype, args.block_size, args.context, args.decode_shares, args.prefix_ratios, args.spec_k) == (
+        "fp16", 32, "uniform:8:64", [0.25], [0.0, 0.5], 2, )
+    assert args.decode_seqs == [4, 8]
     assert (args.prefill_len, args.causal, args.cold_l2, args.budget_ms, args.rel_spread, args.seed) == (
         64, False, True, 7.0, 0.02, 3)
     assert (args.device, args.out, args.resume, args.json_rows) == ("auto", Path("somewhere"), Path("earlier"), True)

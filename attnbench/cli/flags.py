@@ -13,13 +13,14 @@ import re
 
 from attnbench.e2e.runner import E2EArgs
 from attnbench.errors import AttnbenchError, UsageError
-from attnbench.kernels.plan import KernelArgs, check_unique
+from attnbench.kernels.plan import KernelArgs, check_unique, shape_text
 
 # kernel flags parsed into a list-valued KernelArgs field:
 # flag -> (field, element type, None when empty)
 LIST_FLAGS = {"tokens": ("tokens", int, True), "kind": ("kinds", str, False), "strategy": ("strategies", str, False),
               "backend": ("backends", str, True), "mode": ("modes", str, True),
-              "prefix_ratio": ("prefix_ratios", float, False)}
+              "prefix_ratio": ("prefix_ratios", float, False), "decode_share": ("decode_shares", float, False),
+              "decode_seqs": ("decode_seqs", int, True)}
 E2E_LIST_FLAGS = {"input_len": ("input_lens", int, False), "output_len": ("output_lens", int, False),
                   "batch_size": ("batch_sizes", int, False), "strategy": ("strategies", str, False),
                   "backend": ("backends", str, True)}
@@ -34,16 +35,17 @@ def parse_list(text: str, flag: str, cast=int) -> list:
     return values
 
 
-def parse_shapes(shapes: str | None, heads: str | None, dim: str | None) -> list[tuple[int, int]]:
-    """(heads, head dim) pairs: --shapes 12x64,32x128, or the product of --heads and --dim."""
+def parse_shapes(shapes: str | None, heads: str | None, dim: str | None) -> list[tuple[int, ...]]:
+    """(heads, head dim) pairs: --shapes 12x64,32x128, or the product of --heads and --dim. A shape
+    written HEADS/KVxDIM (32/8x128) is (heads, dim, kv heads): its own kv heads, over --kv-heads."""
     if shapes:
         pairs = []
         for part in shapes.split(","):
-            m = re.fullmatch(r"\s*(\d+)x(\d+)\s*", part)
+            m = re.fullmatch(r"\s*(\d+)(?:/(\d+))?x(\d+)\s*", part)
             if not m:
-                raise UsageError(f"--shapes: expected HEADSxDIM pairs such as 12x64,32x128, got {part!r}")
-            pairs.append((int(m.group(1)), int(m.group(2))))
-        check_unique(pairs, "--shapes", lambda shape: f"{shape[0]}x{shape[1]}")
+                raise UsageError(f"--shapes: expected HEADSxDIM or HEADS/KVxDIM such as 12x64,32/8x128, got {part!r}")
+            pairs.append((int(m.group(1)), int(m.group(3)), *([int(m.group(2))] if m.group(2) else [])))
+        check_unique(pairs, "--shapes", shape_text)
         return pairs
     if heads is None or dim is None:
         raise UsageError("--heads and --dim: both are needed (or --shapes 32x128,...), e.g. --heads 32 --dim 128")

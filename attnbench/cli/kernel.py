@@ -21,7 +21,7 @@ from attnbench.workers.distributed import run_kernel_ranks
 def kernel(
     heads: Annotated[Optional[str], typer.Option(help="Query heads, a list sweeps them. Example: --heads 32 or --heads 12,32")] = None,
     dim: Annotated[Optional[str], typer.Option(help="Head dim, a list sweeps them. Example: --dim 128 or --dim 64,128")] = None,
-    shapes: Annotated[Optional[str], typer.Option(help="(heads x dim) pairs instead of the --heads x --dim product. Example: --shapes 12x64,32x128,64x128")] = None,
+    shapes: Annotated[Optional[str], typer.Option(help="(heads x dim) pairs instead of the --heads x --dim product; HEADS/KVxDIM gives a shape its own kv heads. Example: --shapes 12x64,32/8x128")] = None,
     kv_heads: Annotated[Optional[int], typer.Option(help="KV heads (GQA); default = heads. Example: --kv-heads 8")] = None,
     tokens: Annotated[Optional[str], typer.Option(help="Query-token counts N per batch (default 100,500,1000 on GPU; 10,50,100 on CPU). Example: --tokens 100,500,1000")] = None,
     kind: Annotated[str, typer.Option(help="Batch kinds: decode, prefill, mixed, prefix, specdec, or all. Example: --kind decode,mixed")] = "all",
@@ -31,7 +31,8 @@ def kernel(
     dtype: Annotated[str, typer.Option(help="bf16 or fp16. Example: --dtype fp16")] = "bf16",
     block_size: Annotated[int, typer.Option(help="KV cache block size, a multiple of 16. Example: --block-size 32")] = 16,
     context: Annotated[Optional[str], typer.Option(help="KV length of decode/specdec sequences and of the mixed chunk's prefix: a number or uniform:LOW:HIGH (default 1024 on GPU, 256 on CPU). Example: --context uniform:1:4096")] = None,
-    decode_share: Annotated[float, typer.Option(help="mixed: share of the N tokens that are decode tokens. Example: --decode-share 0.9")] = 0.5,
+    decode_share: Annotated[str, typer.Option(help="mixed: share of the N tokens that are decode tokens, a list sweeps it. Example: --decode-share 0.5,0.9")] = "0.5",
+    decode_seqs: Annotated[Optional[str], typer.Option(help="mixed: instead of --decode-share, this many decode sequences beside a prefill chunk of all N tokens; a list sweeps it. Example: --tokens 2048 --decode-seqs 32,128")] = None,
     prefix_ratio: Annotated[str, typer.Option(help="prefix: cached share of each sequence's KV, a list sweeps it. Example: --prefix-ratio 0,0.5,0.9")] = "0.5",
     spec_k: Annotated[int, typer.Option(help="specdec: query tokens per sequence. Example: --spec-k 4")] = 4,
     prefill_len: Annotated[int, typer.Option(help="prefill/prefix: max query tokens per sequence. Example: --prefill-len 512")] = 512,

@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 from rich.console import Console
 
-from attnbench.console import default_out_dir, emit_json, print_seed_table, progress
+from attnbench.console import default_out_dir, emit_json, print_fusion_table, print_seed_table, progress
 from attnbench.device import device_name, select
 from attnbench.errors import UsageError
 from attnbench.interrupts import SignalReceived, interrupted, signals_raise
@@ -33,12 +33,12 @@ from attnbench.workers.devices import device_label, device_shares, resolve_devic
 from attnbench.workers.isolated import run_sweep_isolated
 from attnbench.workers.shards import parse_shard
 
-POINT_KEY = files.POINT_COLUMNS[:14]  # the SweepPoint fields, as results.csv spells them
+POINT_KEY = files.SWEEP_POINT_COLUMNS  # the SweepPoint fields, as results.csv spells them
 
 
 def point_key(values: dict) -> tuple[str, ...]:
     """A point's identity from a row or from SweepPoint.key(), compared as CSV text."""
-    return tuple(str(files.cell(values.get(c))) for c in POINT_KEY)
+    return tuple(str(files.cell(values.get(c, files.ADDED_KEYS.get(c)))) for c in POINT_KEY)
 
 
 def completed(rows: list[dict], plan: SweepPlan) -> set[tuple[str, ...]]:
@@ -60,7 +60,7 @@ def resume_state(plan: SweepPlan, out_dir: Path, env: dict) -> tuple[set[tuple[s
                          f"{shard_text(env)}; resume it with its own --shard")
     rows = rundir.read_rows(out_dir)
     done = completed(rows, plan)
-    return done, [r for r in rows if point_key(r) in done]
+    return done, [{**files.ADDED_KEYS, **r} for r in rows if point_key(r) in done]
 
 
 def shard_text(env: dict) -> str:
@@ -172,6 +172,7 @@ def write_kernel_outputs(out_dir: Path, env: dict, console: Console) -> Path:
     summary = files.write_summary(df, out_dir, env)
     plots = plot_runs([("", df)], out_dir)
     print_seed_table(console, df)
+    print_fusion_table(console, df)
     verdicts = df["verdict"].value_counts().to_dict()
     console.print("rows: " + ", ".join(f"{v} {k}" for k, v in verdicts.items()))
     console.print(f"results: {out_dir}/results.csv, {summary.name}, env.json, {len(plots)} plot(s)")

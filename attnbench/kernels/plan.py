@@ -45,7 +45,7 @@ GiB = 2**30
 
 @dataclass
 class KernelArgs:
-    shapes: list[tuple[int, int]]
+    shapes: list[tuple[int, ...]]  # (heads, dim), or (heads, dim, kv heads) to give a shape its own kv heads
     kv_heads: int | None = None
     tokens: list[int] | None = None  # None: GPU_DEFAULTS or CPU_DEFAULTS
     kinds: list[str] = ("all",)
@@ -55,7 +55,8 @@ class KernelArgs:
     dtype: str = "bf16"
     block_size: int = 16
     context: str | None = None
-    decode_share: float = 0.5
+    decode_shares: list[float] = (0.5,)
+    decode_seqs: list[int] | None = None  # mixed: decode sequences beside an N-token chunk, instead of a share
     prefix_ratios: list[float] = (0.5,)
     spec_k: int = 4
     prefill_len: int = 512
@@ -112,9 +113,18 @@ def check_lists(args: KernelArgs) -> None:
                              f"{','.join(map(str, values))}")
     for values, flag in [(args.tokens or [], "--tokens"), (args.kinds, "--kind"), (args.strategies, "--strategy"),
                          (args.backends or [], "--backend"), (args.modes or [], "--mode"),
-                         (args.prefix_ratios, "--prefix-ratio")]:
+                         (args.prefix_ratios, "--prefix-ratio"), (args.decode_shares, "--decode-share"),
+                         (args.decode_seqs or [], "--decode-seqs")]:
         check_unique(values, flag)
-    check_unique(args.shapes, "--shapes", lambda shape: f"{shape[0]}x{shape[1]}")
+    check_unique(args.shapes, "--shapes", shape_text)
+    if args.decode_seqs and len(args.decode_shares) > 1:
+        raise UsageError("--decode-share/--decode-seqs: with --decode-seqs the chunk is all N tokens and the "
+                         "decode share is not used; give a list of one of them")
+
+
+def shape_text(shape: tuple[int, ...]) -> str:
+    """12x64, or 32/8x128 for a shape with its own kv heads."""
+    return f"{shape[0]}{f'/{shape[2]}' if len(shape) > 2 else ''}x{shape[1]}"
 
 
 def check_timing(budget_ms, rel_spread) -> None:
@@ -164,21 +174,28 @@ def check_host_memory(points: list[SweepPoint], available: int | None = None) ->
 
 
 def build_points(args: KernelArgs) -> list[SweepPoint]:
-    """Every (shape, kind, tokens, prefix ratio) point; args.tokens and args.context must be set."""
+    """Every (shape, kind, tokens, prefix ratio or decode share / seqs) point; args.tokens and args.context
+    must be set."""
     kinds = list(KINDS) if list(args.kinds) == ["all"] else list(args.kinds)
     for k in kinds:
         if k not in KINDS:
             raise UsageError(f"--kind: unknown kind {k!r}; choose from {', '.join(KINDS)} or all")
     points = []
-    for (heads, dim), kind, n in itertools.product(args.shapes, kinds, args.tokens):
+    for shape, kind, n in itertools.product(args.shapes, kinds, args.tokens):
+        heads, dim = shape[:2]
+        kv_heads = shape[2] if len(shape) > 2 else heads if args.kv_heads is None else args.kv_heads
         ratios = args.prefix_ratios if kind == "prefix" else [args.prefix_ratios[0]]
-        for ratio in ratios:
+        # (decode share, decode seqs): only mixed batches are shaped by them
+        mixes = [(args.decode_shares[0], 0)]
+        if kind == "mixed":
+            mixes = ([(args.decode_shares[0], r) for r in args.decode_seqs] if args.decode_seqs else
+                     [(share, 0) for share in args.decode_shares])
+        for ratio, (share, seqs) in itertools.product(ratios, mixes):
             points.append(SweepPoint(
-                kind=kind, num_tokens=n, num_heads=heads, head_dim=dim,
-                num_kv_heads=heads if args.kv_heads is None else args.kv_heads,
+                kind=kind, num_tokens=n, num_heads=heads, head_dim=dim, num_kv_heads=kv_heads,
                 dtype=args.dtype, block_size=args.block_size, causal=args.causal, context=args.context,
-                decode_share=args.decode_share, prefix_ratio=ratio, spec_k=args.spec_k,
-                prefill_len=args.prefill_len, seed=args.seed))
+                decode_share=share, prefix_ratio=ratio, spec_k=args.spec_k,
+                prefill_len=args.prefill_len, seed=args.seed, decode_seqs=seqs))
     return points
 
 

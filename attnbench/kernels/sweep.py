@@ -12,11 +12,14 @@ times every backend x mode with the strategies interleaved; replicate r of every
 replicate r + 1 of any. So the spread of a row's replicate medians holds what differs between
 runs (placement, plan, graph, GPU state), which one timing loop's samples cannot show. Every
 replicate's output is checked; a row fails if any replicate's does.
+
+Where a batch has both a prefill and a decode part, split's two launches are then timed alone,
+after the rows' own timing in the last replicate (kernels/parts.py): the part columns of the
+split and fused rows.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,17 +28,16 @@ from typing import Callable, Iterable
 import torch
 
 from attnbench.errors import error_reason
-from attnbench.kernels import roofline
 from attnbench.kernels.backends.base import Backend, Plan
 from attnbench.kernels.backends.reference import reference_attention
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.check import check_output
 from attnbench.kernels.inputs import Inputs, input_bytes, make_inputs
 from attnbench.kernels.metadata import build_metadata, measure_host_us
+from attnbench.kernels.parts import split_parts, time_parts
+from attnbench.kernels.slots import Slot
 from attnbench.kernels.timing import (
-    Replicated,
     TimedKernel,
-    Timing,
     TimingConfig,
     estimate_call_ms,
     host_median_us,
@@ -92,47 +94,7 @@ class Prepared:
     out: torch.Tensor
     est_ms: float
     row: dict
-
-
-@dataclass
-class Slot:
-    """One (backend, strategy, mode) row, filled replicate by replicate."""
-
-    row: dict
-    timings: list[Timing] = field(default_factory=list)
-    checks: list[dict] = field(default_factory=list)
-    final: dict | None = None  # a skip or error row: nothing more is measured for it
-    window: list[float] = field(default_factory=list)  # wall-clock start and end of its timing
-
-    def result(self, point: SweepPoint, batch: Batch, gpu_name: str | None) -> dict:
-        if self.final is not None:
-            return self.final
-        rep = Replicated(self.timings)
-        return {
-            **self.row, **worst_check(self.checks),
-            "median_ms": rep.median_ms, "p10_ms": rep.quantile(0.10), "p90_ms": rep.quantile(0.90),
-            "samples": len(rep.samples_ms), "converged": rep.converged,
-            "calls_per_sample": round(statistics.median(t.calls_per_sample for t in self.timings)),
-            # per-replicate cells only when there are several: one replicate's median is median_ms
-            "replicates": len(self.timings), "replicate_medians_ms": _cell(rep.medians_ms, "{:.6g}"),
-            "replicate_samples": _cell([t.n for t in self.timings], "{}"),
-            "samples_ms": " ".join(f"{s:.6g}" for s in rep.samples_ms), "_window": (self.window[0], self.window[1]),
-            **roofline.rates(point, batch, rep.median_ms, gpu_name),
-        }
-
-
-def _cell(values: list, fmt: str) -> str:
-    return " ".join(fmt.format(v) for v in values) if len(values) > 1 else ""
-
-
-def worst_check(checks: list[dict]) -> dict:
-    """The check of a row over its replicates: a failing replicate fails it (NaN never passes)."""
-    failed = [i for i, c in enumerate(checks) if c["verdict"] != "pass"]
-    if not failed:
-        return max(checks, key=lambda c: c["rel_l2_error"])
-    first = checks[failed[0]]
-    where = f"replicate {failed[0] + 1} of {len(checks)}: " if len(checks) > 1 else ""
-    return {**first, "reason": where + first["reason"]}
+    parts: dict[str, Callable[[], torch.Tensor]] = field(default_factory=dict)  # split: each part alone
 
 
 class PointRunner:
@@ -209,6 +171,8 @@ class PointRunner:
     def _prepare(self, backend: Backend, strategy: str, inputs: Inputs, host_costs: bool) -> Prepared:
         metadata = build_metadata(strategy, inputs.batch, inputs.block_table).to(self.device)
         plan: Plan = backend.plan(strategy, self.point, metadata)
+        if plan.static_kv is not None:  # these caches never change between timed calls: work on them is done once
+            plan.static_kv(inputs.k_cache, inputs.v_cache)
         row = {"kernel_launches": len(plan.launches), **plan.details}
         if host_costs:  # host costs are measured once, in the first replicate
             row["host_metadata_us"] = measure_host_us(strategy, inputs.batch, inputs.block_table, self.device)
@@ -219,8 +183,10 @@ class PointRunner:
         def fn() -> torch.Tensor:
             return plan.run(q, k_cache, v_cache, out)
 
+        parts = {name: (lambda part=part: part.run(q, k_cache, v_cache, out))
+                 for name, part in split_parts(plan, metadata).items()}
         est_ms = estimate_call_ms(fn, self.device)  # the first call (maybe a JIT compile) is never timed
-        return Prepared(fn, out, est_ms, row)
+        return Prepared(fn, out, est_ms, row, parts)
 
     def _measure_mode(self, backend: Backend, mode: str, prepared: dict[str, Prepared], reference, slots: dict,
                       last: bool) -> None:
@@ -254,9 +220,28 @@ class PointRunner:
         for (slot, _), timing in zip(checked, timings):
             slot.timings.append(timing)
             slot.window = [slot.window[0] if slot.window else start, time.time()]
+        if last:
+            self._time_parts(backend, mode, prepared, slots, cfg)
         if last and self.plan.profile_out is not None:
             for slot, runner in checked:
                 self._profile(runner, slot.row)
+
+    def _time_parts(self, backend: Backend, mode: str, prepared: dict[str, Prepared], slots: dict,
+                    cfg: TimingConfig) -> None:
+        """After the rows' timing: split's two launches, each alone (kernels/parts.py), onto the
+        split and fused rows; a failure is said in their details, the rows stand."""
+        split, slot = prepared.get("split"), slots.get((backend.name, "split", mode))
+        if split is None or not split.parts or slot is None or slot.final is not None:
+            return
+        try:
+            with nvtx_range(f"parts {backend.name} {mode}"):
+                values = time_parts(split.parts, mode, self.device, cfg)
+        except Exception as exc:
+            values = {"part_timing_error": error_reason(exc)}
+        for strategy in ("split", "fused"):
+            target = slots.get((backend.name, strategy, mode))
+            if target is not None and target.final is None:
+                target.row.update(values)
 
     def _profile(self, runner: TimedKernel, row: dict) -> None:
         """After timing: one torch.profiler window over a few more calls of the timed runner."""

@@ -40,7 +40,8 @@ KIND_RULES = {
     "decode": "N sequences x 1 query token; kv lengths drawn from --context",
     "prefill": "N query tokens split evenly over ceil(N / prefill_len) sequences; no cached context",
     "mixed": "one prefill chunk of round(N * (1 - decode_share)) tokens on a cached prefix drawn "
-    "from --context, plus N - chunk decode sequences (1 token, kv from --context)",
+    "from --context, plus N - chunk decode sequences (1 token, kv from --context); with --decode-seqs R, "
+    "the chunk is all N tokens and R decode sequences sit beside it",
     "prefix": "prefill as above, each sequence on a cached prefix so that cached / kv = prefix_ratio",
     "specdec": "N // spec_k sequences x spec_k query tokens (N rounded down to a multiple of spec_k, "
     "at least one sequence); kv lengths drawn from --context",
@@ -98,6 +99,7 @@ class SweepPoint:
     spec_k: int = 4
     prefill_len: int = 512
     seed: int = 0
+    decode_seqs: int = 0  # mixed: decode sequences beside an N-token chunk; 0: decode_share decides
 
     def __post_init__(self) -> None:
         if self.num_kv_heads is None:
@@ -146,6 +148,8 @@ def validate(p: SweepPoint) -> None:
         (lambda: _is_int(p.prefill_len, 1, MAX_TOKENS), "--prefill-len",
          lambda: f"must be between 1 and {MAX_TOKENS}, got {p.prefill_len}"),
         (lambda: _is_int(p.seed, 0, MAX_SEED), "--seed", lambda: f"must be between 0 and 2**63 - 1, got {p.seed}"),
+        (lambda: _is_int(p.decode_seqs, 0, MAX_TOKENS), "--decode-seqs",
+         lambda: f"must be between 0 and {MAX_TOKENS}, got {p.decode_seqs}"),
     ]
     for ok, flag, message in checks:
         if not ok():
@@ -217,8 +221,8 @@ def build_batch(p: SweepPoint) -> Batch:
         ratio = p.prefix_ratio if p.kind == "prefix" else 0.0
         prefill_kv = [q + round(q * ratio / (1.0 - ratio)) for q in prefill_q]
     elif p.kind == "mixed":
-        chunk = max(1, round(n * (1.0 - p.decode_share)))
-        decode_q = [1] * (n - chunk)
+        chunk = n if p.decode_seqs else max(1, round(n * (1.0 - p.decode_share)))
+        decode_q = [1] * (p.decode_seqs or n - chunk)
         decode_kv = [dist.draw(rng) for _ in decode_q]
         prefill_q = [chunk]
         prefill_kv = [chunk + dist.draw(rng)]
@@ -236,7 +240,8 @@ def _rule_details(p: SweepPoint) -> str:
         "specdec": f"spec_k={p.spec_k}, context={p.context}",
         "prefill": f"prefill_len={p.prefill_len}",
         "prefix": f"prefill_len={p.prefill_len}, prefix_ratio={p.prefix_ratio}",
-        "mixed": f"decode_share={p.decode_share}, context={p.context}",
+        "mixed": (f"decode_seqs={p.decode_seqs}" if p.decode_seqs else f"decode_share={p.decode_share}")
+        + f", context={p.context}",
     }[p.kind]
 
 

@@ -30,7 +30,7 @@ LAID_OUT = ("kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim", "back
 LAID_OUT_FOR_KIND = {"prefix": ("prefix_ratio",)}
 # the key columns that shape each kind's batch (workload.build_batch); the others do not change it
 KIND_SETTINGS = {"decode": ("context",), "specdec": ("spec_k", "context"), "prefill": ("prefill_len",),
-                 "prefix": ("prefill_len", "prefix_ratio"), "mixed": ("decode_share", "context")}
+                 "prefix": ("prefill_len", "prefix_ratio"), "mixed": ("decode_share", "decode_seqs", "context")}
 POINT = ("kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim", "dtype", "block_size", "causal")
 RUN = ("backend", "strategy", "mode", "l2")
 E2E_NAME_FIELDS = ("model", "dtype", "input_len", "output_len", "batch_size", "block_size", "chunk_size")  # gab names
@@ -41,7 +41,7 @@ def by_setting(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     groups: dict[str, list[pd.DataFrame]] = {}
     for kind, rows in df.groupby("kind", sort=False):
         laid_out = (*LAID_OUT, *LAID_OUT_FOR_KIND.get(kind, ()))
-        varying = [c for c in KEY_COLUMNS if c not in laid_out and rows[c].map(canonical).nunique() > 1]
+        varying = [c for c in KEY_COLUMNS if c not in laid_out and c in rows and rows[c].map(canonical).nunique() > 1]
         if not varying:
             groups.setdefault("", []).append(rows)
             continue

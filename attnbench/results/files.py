@@ -16,26 +16,34 @@ from pathlib import Path
 import pandas as pd
 
 from attnbench.errors import AttnbenchError
-from attnbench.kernels.workload import STRATEGIES
 from attnbench.results.notes import summary_notes
 from attnbench.results.rundir import replace_atomic, write_text_atomic
+from attnbench.results.tables import LINESTYLES as LINESTYLES  # noqa: F401 (re-exported: plots, e2e)
+from attnbench.results.tables import format_cell as format_cell  # noqa: F401
+from attnbench.results.tables import format_ms as format_ms  # noqa: F401
+from attnbench.results.tables import markdown_table, md_lines, seed_table
+from attnbench.results.tables import strategies_in as strategies_in  # noqa: F401
 from attnbench.results.telemetry import ROW_COLUMNS
 
 POINT_COLUMNS = [
     "kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim", "dtype", "block_size", "causal",
-    "context", "decode_share", "prefix_ratio", "spec_k", "prefill_len", "seed",
+    "context", "decode_share", "prefix_ratio", "spec_k", "prefill_len", "seed", "decode_seqs",
     "batch_tokens", "num_seqs", "num_decode_seqs", "max_kv_len", "total_kv_tokens", "lengths_rule",
 ]
+# a mixed batch's prefill part and decode part, each timed alone (split's two launches; kernels/parts.py)
+PART_COLUMNS = ("prefill_part_ms", "decode_part_ms")
 RUN_COLUMNS = ["device", "gpu", "backend", "library", "library_version", "strategy", "mode", "l2"]
 MEASURE_COLUMNS = [
-    "median_ms", "p10_ms", "p90_ms", "samples", "calls_per_sample", "converged", "host_metadata_us", "host_plan_us",
+    "median_ms", "p10_ms", "p90_ms", *PART_COLUMNS, "samples", "calls_per_sample", "converged", "host_metadata_us",
+    "host_plan_us",
     "kernel_launches", "gflop", "mbytes", "tflops", "gbps", "pct_of_peak", "peak_source",
     "rel_l2_error", "max_abs_error", "tolerance", "verdict", "reason",
     "replicates", "replicate_medians_ms", "replicate_samples", *ROW_COLUMNS, "details", "samples_ms",
 ]
 COLUMNS = POINT_COLUMNS + RUN_COLUMNS + MEASURE_COLUMNS
 # what identifies a measurement across runs (compare matches rows on it)
-KEY_COLUMNS = POINT_COLUMNS[:14] + ["backend", "strategy", "mode", "l2"]
+SWEEP_POINT_COLUMNS = POINT_COLUMNS[:15]  # the SweepPoint fields
+KEY_COLUMNS = SWEEP_POINT_COLUMNS + ["backend", "strategy", "mode", "l2"]
 
 
 def with_details(row: dict) -> dict:
@@ -107,7 +115,28 @@ def load_results(path: str | Path) -> pd.DataFrame:
     is an extra (written only where pyarrow is installed) and may be older than the CSV. A .parquet
     path is read only with pyarrow: without it the error says so rather than read another file.
     """
-    path = results_file(path)
+    return with_added_keys(_load(results_file(path)))
+
+
+# kernel key columns added since the first results files, and the value older rows meant by leaving
+# them out (or blank: rows an older run left that a later --resume kept)
+ADDED_KEYS = {"decode_seqs": 0}
+
+
+def with_added_keys(df: pd.DataFrame) -> pd.DataFrame:
+    """A kernel results table with every key column; e2e results (no `kind`) and tables without the
+    point's columns (no `seed`: not a whole results file) as they are."""
+    if "kind" not in df.columns or "seed" not in df.columns:
+        return df
+    for column, value in ADDED_KEYS.items():
+        if column not in df.columns:
+            df.insert(df.columns.get_loc("seed") + 1, column, value)
+        else:
+            df[column] = df[column].where(df[column].notna(), value)
+    return df
+
+
+def _load(path: Path) -> pd.DataFrame:
     if path.name == "results.csv" and os.path.isdir(path.parent) and not os.path.lexists(path):
         parquet = os.path.exists(path.with_name("results.parquet"))
         raise AttnbenchError(f"{path.parent} holds no results.csv"
@@ -201,71 +230,6 @@ def write_parquet(df: pd.DataFrame, out_dir: Path) -> Path | None:
     path = out_dir / "results.parquet"
     replace_atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
     return path
-
-
-def seed_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The seed PR's table shape, one line per (kind, backend, mode, l2, point)."""
-    measured = df[df["verdict"].isin(["pass", "fail"])]
-    if measured.empty:
-        return pd.DataFrame()
-    # the hit ratio only shapes prefix batches: blank elsewhere, so other kinds don't show one
-    measured = measured.assign(prefix_ratio=[f"{r:g}" if k == "prefix" else "-" for k, r in
-                                             zip(measured["kind"], measured["prefix_ratio"])])
-    index = ["kind", "backend", "mode", "l2", "prefix_ratio", "num_tokens", "num_heads", "num_kv_heads", "head_dim"]
-    ms = measured.pivot_table(index=index, columns="strategy", values="median_ms", aggfunc="first")
-    ok = measured.assign(ok=measured["verdict"].eq("pass")).pivot_table(
-        index=index, columns="strategy", values="ok", aggfunc="all")
-    table = pd.DataFrame(index=ms.index)
-    present = strategies_in(ms.columns)
-    for strategy in present:
-        table[f"{strategy} ms"] = ms[strategy]
-    if "unified" in present:  # every other strategy against the one-call baseline
-        for strategy in present[1:]:
-            table[f"{strategy} / unified"] = ms[strategy] / ms["unified"]
-    table["check"] = ok.all(axis=1).map({True: "pass", False: "FAIL"})
-    table = table.reset_index().rename(columns={
-        "num_tokens": "query tokens", "num_heads": "heads", "num_kv_heads": "kv heads", "head_dim": "head dim",
-        "prefix_ratio": "prefix ratio"})
-    if not (measured["kind"] == "prefix").any():
-        table = table.drop(columns="prefix ratio")  # the ratio only shapes prefix batches
-    return table
-
-
-LINESTYLES = {"unified": "-", "split": "--", "fused": "-."}  # one line style per strategy, in every plot
-
-
-def strategies_in(names) -> list[str]:
-    """The strategies among `names`, known ones in STRATEGIES order (unified first), then any other."""
-    names = [n for n in names if isinstance(n, str) and n]
-    return [s for s in STRATEGIES if s in names] + sorted(n for n in names if n not in STRATEGIES)
-
-
-def format_cell(column: str, value) -> str:
-    """A table cell: times as ms with 4 decimals, ratios with 3, blanks for NaN."""
-    if column.endswith(" ms"):
-        return format_ms(value)
-    if " / " in column:
-        return "" if value is None or pd.isna(value) else f"{value:.3f}"
-    return str(value)
-
-
-def format_ms(value) -> str:
-    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
-
-
-def md_lines(header, rows) -> list[str]:
-    """A Markdown table: the header row, the rule, one line per row (cells already formatted)."""
-    return ["| " + " | ".join(str(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|",
-            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
-
-
-def markdown_table(table: pd.DataFrame) -> str:
-    if table.empty:
-        return "_no measured rows_\n"
-    shown = table.copy()
-    for col in shown.columns:
-        shown[col] = [format_cell(col, v) for v in shown[col]]
-    return "\n".join(md_lines(shown.columns, shown.itertuples(index=False))) + "\n"
 
 
 def write_summary(df: pd.DataFrame, out_dir: Path, env: dict) -> Path:

@@ -3,7 +3,8 @@
 A table of medians looks equally sure of every cell. These notes say how each median was made
 (replicates), where it is shaky (rows whose samples never converged; CPU runs, whose split /
 unified ratios swing between identical runs), the interval of each strategy's ratio to unified
-over paired replicates, and how the GPU ran while it was measured (telemetry columns). Each
+over paired replicates, how the GPU ran while it was measured (telemetry columns), and, where a
+run has a fused strategy, fused against the best of the others (results/fusion.py). Each
 function returns lines; the writers call them in one line, so the tables stay theirs.
 """
 
@@ -13,6 +14,7 @@ import math
 
 import pandas as pd
 
+from attnbench.results.fusion import fusion_lines
 from attnbench.results.replicates import CONFIDENCE, MIN_REPLICATES, mean_interval, parse_times, spread
 
 TIMED = ("pass", "fail")
@@ -98,6 +100,7 @@ def summary_notes(df: pd.DataFrame) -> list[str]:
                   f"{r.backend} | "
                   f"{r.mode} | {r.ratio} | {r.median:.3f} | {r.low:.3f}-{r.high:.3f} |"
                   for r in table.itertuples(index=False)]
+    lines += fusion_lines(df)
     return [*lines, ""] if lines else []
 
 

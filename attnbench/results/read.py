@@ -18,7 +18,7 @@ import pandas as pd
 
 from attnbench.errors import AttnbenchError
 from attnbench.kernels.workload import KINDS
-from attnbench.results.files import KEY_COLUMNS, load_results, results_file
+from attnbench.results.files import KEY_COLUMNS, PART_COLUMNS, load_results, results_file
 
 MEASURED = ("pass", "fail")  # the verdicts of rows that were timed
 
@@ -33,7 +33,7 @@ class ResultKind:
     unit: str
     spread: tuple[str, ...]       # (low, high) percentile columns around the measure; "" where not stored
     key_numbers: tuple[str, ...]  # key columns that are a finite number in every row
-    numbers: tuple[str, ...]      # other columns the tools compute with: empty or a finite number
+    numbers: tuple[str, ...]      # other columns the tools compute with: empty or a finite number (where present)
     optional: tuple[str, ...]     # columns the tools read that an older or trimmed file may lack
     markers: tuple[str, ...]      # columns only this kind of file has
     defaults: tuple[tuple[str, object], ...] = ()  # key columns older files lack, and the value they meant
@@ -45,11 +45,11 @@ class ResultKind:
 KERNEL = ResultKind(
     "kernel", tuple(KEY_COLUMNS), "median_ms", "ms", ("p10_ms", "p90_ms"),
     key_numbers=("num_tokens", "num_heads", "num_kv_heads", "head_dim", "block_size", "decode_share",
-                 "prefix_ratio", "spec_k", "prefill_len", "seed"),
-    numbers=("median_ms", "p10_ms", "p90_ms", "samples", "tflops", "gbps"),
+                 "prefix_ratio", "spec_k", "prefill_len", "seed", "decode_seqs"),
+    numbers=("median_ms", "p10_ms", "p90_ms", "samples", "tflops", "gbps", *PART_COLUMNS),
     optional=("p10_ms", "p90_ms", "samples", "samples_ms", "tflops", "gbps", "gpu", "library", "library_version",
               "reason"),
-    markers=("kind", "median_ms"))
+    markers=("kind", "median_ms"))  # files.load_results adds key columns older files lack
 E2E = ResultKind(
     "e2e", ("model", "dtype", "block_size", "chunk_size", "input_len", "output_len", "batch_size", "backend",
             "strategy", "mode", "tp", "cudagraph"), "request_p50_s", "s", ("", "request_p90_s"),
@@ -123,7 +123,7 @@ def checked(df: pd.DataFrame, kind: ResultKind, source: Path) -> pd.DataFrame:
     if df.empty:
         raise AttnbenchError(f"{source} holds no rows (a header only)")
     df = df.reset_index(drop=True).assign(**{c: np.nan for c in kind.optional if c not in df.columns})
-    for column in (*kind.key_numbers, *kind.numbers):
+    for column in (c for c in (*kind.key_numbers, *kind.numbers) if c in df.columns):
         df[column] = _numbers(df, column, source, required=column in kind.key_numbers)
     verdict = df["verdict"]
     blank = verdict.isna() | (verdict.astype(str).str.strip() == "")

@@ -12,7 +12,9 @@ The strategies, as vLLM's FLASHINFER backend and POD-Attention use FlashInfer's 
   request, so spec-decode rows go through the prefill wrapper, as in vLLM (fi_decode_wrapper).
 - fused: PODWithPagedKVCacheWrapper, one prefill request beside single-token decodes
   (flashinfer_pod.py). A batch with only one of the parts runs that part's wrapper, as split
-  does (fi_fused says so); one with more prefill requests is refused with the reason.
+  does (fi_fused says so). A step with more prefill requests (chunked prefill) runs the largest
+  in POD and the others through BatchPrefill (fi_pod_extra_prefills); a kernel-sweep point with
+  more is skipped with the reason (supports).
 - flashinfer-ba (flashinfer_ba.py): BatchAttention, one persistent kernel for the whole batch.
 
 Each `plan` reads the metadata back to the host, builds FlashInfer's paged index arrays from the
@@ -59,7 +61,7 @@ from attnbench.kernels.backends.flashinfer_common import (
     plan_info_details,
     refresher,
 )
-from attnbench.kernels.backends.flashinfer_pod import fused_refusal, pod_part
+from attnbench.kernels.backends.flashinfer_pod import fused_refusal, plan_static_kv, pod_parts
 from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
 from attnbench.kernels.workload import SweepPoint, build_batch
@@ -146,8 +148,8 @@ class FlashInferBackend(Backend):
             dec, pre = metadata.decode, metadata.prefill
             parts, launches = {}, []
             if strategy == "fused" and dec is not None and pre is not None:
-                parts["fused"] = self.plan_fused(point, metadata)
-                launches.append(parts["fused"])
+                parts = pod_parts(self.fi(), point, metadata, self.planned, self.plan_varlen)
+                launches = list(parts.values())
             else:
                 if dec is not None:
                     parts["decode"] = self.decode_part(point, dec, graph)
@@ -160,7 +162,8 @@ class FlashInferBackend(Backend):
                                            f"no {'prefill' if pre is None else 'decode'} part to fuse")
         for part in parts.values():
             details.update(part.details)
-        plan = Plan(self.name, strategy, tuple(launches), details, refresher(self.name, strategy, parts))
+        plan = Plan(self.name, strategy, tuple(launches), details, refresher(self.name, strategy, parts),
+                    plan_static_kv(parts, details))
         self.pool.release_with(plan, [part.lease for part in parts.values()])
         return plan
 
@@ -188,9 +191,6 @@ class FlashInferBackend(Backend):
 
     def plan_kvcache(self, point: SweepPoint, md: KVCacheMetadata) -> Part:
         return self.decode_part(point, md, graph=False)
-
-    def plan_fused(self, point: SweepPoint, md: SplitMetadata) -> Part:
-        return pod_part(self.fi(), point, md, self.planned)
 
     def unified_part(self, point: SweepPoint, md: VarlenMetadata, graph: bool) -> Part:
         return self.prefill_part(point, md, graph)

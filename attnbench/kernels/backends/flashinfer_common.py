@@ -184,12 +184,14 @@ def plan_info_details(wrapper: Any, part: str) -> dict:
 class Part:
     """One planned FlashInfer wrapper over some of the batch's sequences: a Launch on their tokens
     (4-D [seqs, query_len, heads, dim] for a decode part, as base.as_batched gives it), what the
-    wrapper chose, its pool lease (key, wrapper), and how to re-plan it in place (graph mode only)."""
+    wrapper chose, its pool lease (key, wrapper), how to re-plan it in place (graph mode only), and
+    its share of Plan.static_kv (work done once on unchanging caches; returns details to record)."""
 
     launch: Launch
     details: dict
     lease: tuple
     replan: Callable[[Any], None] | None = None
+    static_kv: Callable[[torch.Tensor, torch.Tensor], dict] | None = None
 
     def __call__(self, q, k_cache, v_cache, out) -> None:
         self.launch(q, k_cache, v_cache, out)

@@ -1,0 +1,55 @@
+"""A row of a kernel sweep while it is measured: its fields so far, and one timing and one output
+check per replicate, joined into the row's final cells when the last replicate is done.
+
+Split from sweep.py, which runs the measurements; this only holds and joins them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from attnbench.kernels import roofline
+from attnbench.kernels.timing import Replicated, Timing
+from attnbench.kernels.workload import Batch, SweepPoint
+
+
+@dataclass
+class Slot:
+    """One (backend, strategy, mode) row, filled replicate by replicate."""
+
+    row: dict
+    timings: list[Timing] = field(default_factory=list)
+    checks: list[dict] = field(default_factory=list)
+    final: dict | None = None  # a skip or error row: nothing more is measured for it
+    window: list[float] = field(default_factory=list)  # wall-clock start and end of its timing
+
+    def result(self, point: SweepPoint, batch: Batch, gpu_name: str | None) -> dict:
+        if self.final is not None:
+            return self.final
+        rep = Replicated(self.timings)
+        return {
+            **self.row, **worst_check(self.checks),
+            "median_ms": rep.median_ms, "p10_ms": rep.quantile(0.10), "p90_ms": rep.quantile(0.90),
+            "samples": len(rep.samples_ms), "converged": rep.converged,
+            "calls_per_sample": round(statistics.median(t.calls_per_sample for t in self.timings)),
+            # per-replicate cells only when there are several: one replicate's median is median_ms
+            "replicates": len(self.timings), "replicate_medians_ms": _cell(rep.medians_ms, "{:.6g}"),
+            "replicate_samples": _cell([t.n for t in self.timings], "{}"),
+            "samples_ms": " ".join(f"{s:.6g}" for s in rep.samples_ms), "_window": (self.window[0], self.window[1]),
+            **roofline.rates(point, batch, rep.median_ms, gpu_name),
+        }
+
+
+def _cell(values: list, fmt: str) -> str:
+    return " ".join(fmt.format(v) for v in values) if len(values) > 1 else ""
+
+
+def worst_check(checks: list[dict]) -> dict:
+    """The check of a row over its replicates: a failing replicate fails it (NaN never passes)."""
+    failed = [i for i, c in enumerate(checks) if c["verdict"] != "pass"]
+    if not failed:
+        return max(checks, key=lambda c: c["rel_l2_error"])
+    first = checks[failed[0]]
+    where = f"replicate {failed[0] + 1} of {len(checks)}: " if len(checks) > 1 else ""
+    return {**first, "reason": where + first["reason"]}

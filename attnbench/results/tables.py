@@ -1,0 +1,89 @@
+"""The tables a run's rows become: the seed PR's shape (one line per point, a column per strategy
+and each strategy over unified), and the Markdown and cell formatting every writer shares.
+
+Split from files.py, which reads and writes the rows; these only lay them out.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from attnbench.kernels.workload import STRATEGIES
+
+
+def seed_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The seed PR's table shape, one line per (kind, backend, mode, l2, point)."""
+    measured = df[df["verdict"].isin(["pass", "fail"])]
+    if measured.empty:
+        return pd.DataFrame()
+    # the hit ratio only shapes prefix batches, the decode share or count mixed ones: "-" elsewhere
+    measured = measured.assign(prefix_ratio=[f"{r:g}" if k == "prefix" else "-" for k, r in
+                                             zip(measured["kind"], measured["prefix_ratio"])], **mixed_settings(measured))
+    index = ["kind", "backend", "mode", "l2", "prefix_ratio", "decode_share", "decode_seqs", "num_tokens", "num_heads",
+             "num_kv_heads", "head_dim"]
+    ms = measured.pivot_table(index=index, columns="strategy", values="median_ms", aggfunc="first")
+    ok = measured.assign(ok=measured["verdict"].eq("pass")).pivot_table(
+        index=index, columns="strategy", values="ok", aggfunc="all")
+    table = pd.DataFrame(index=ms.index)
+    present = strategies_in(ms.columns)
+    for strategy in present:
+        table[f"{strategy} ms"] = ms[strategy]
+    if "unified" in present:  # every other strategy against the one-call baseline
+        for strategy in present[1:]:
+            table[f"{strategy} / unified"] = ms[strategy] / ms["unified"]
+    table["check"] = ok.all(axis=1).map({True: "pass", False: "FAIL"})
+    table = table.reset_index().rename(columns={
+        "num_tokens": "query tokens", "num_heads": "heads", "num_kv_heads": "kv heads", "head_dim": "head dim",
+        "prefix_ratio": "prefix ratio", "decode_share": "decode share", "decode_seqs": "decode seqs"})
+    if not (measured["kind"] == "prefix").any():
+        table = table.drop(columns="prefix ratio")  # the ratio only shapes prefix batches
+    return table.drop(columns=[c for c in ("decode share", "decode seqs") if (table[c] == "-").all()])
+
+
+def mixed_settings(rows: pd.DataFrame) -> dict[str, list[str]]:
+    """What shapes each mixed row's batch beside N: its decode share, or its decode sequence count
+    (--decode-seqs); "-" for other kinds. Files from before --decode-seqs lack the column: 0."""
+    mixed = (rows["kind"] == "mixed").tolist()
+    seqs = [int(n) if pd.notna(n) else 0 for n in rows.get("decode_seqs", pd.Series(0, index=rows.index))]
+    shares = rows.get("decode_share", pd.Series(math.nan, index=rows.index)).tolist()
+    return {"decode_share": [f"{s:g}" if m and not n and pd.notna(s) else "-" for m, s, n in zip(mixed, shares, seqs)],
+            "decode_seqs": [str(n) if m and n else "-" for m, n in zip(mixed, seqs)]}
+
+
+LINESTYLES = {"unified": "-", "split": "--", "fused": "-."}  # one line style per strategy, in every plot
+
+
+def strategies_in(names) -> list[str]:
+    """The strategies among `names`, known ones in STRATEGIES order (unified first), then any other."""
+    names = [n for n in names if isinstance(n, str) and n]
+    return [s for s in STRATEGIES if s in names] + sorted(n for n in names if n not in STRATEGIES)
+
+
+def format_cell(column: str, value) -> str:
+    """A table cell: times as ms with 4 decimals, ratios with 3, blanks for NaN."""
+    if column.endswith(" ms"):
+        return format_ms(value)
+    if " / " in column:
+        return "" if value is None or pd.isna(value) else f"{value:.3f}"
+    return str(value)
+
+
+def format_ms(value) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
+
+
+def md_lines(header, rows) -> list[str]:
+    """A Markdown table: the header row, the rule, one line per row (cells already formatted)."""
+    return ["| " + " | ".join(str(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|",
+            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    if table.empty:
+        return "_no measured rows_\n"
+    shown = table.copy()
+    for col in shown.columns:
+        shown[col] = [format_cell(col, v) for v in shown[col]]
+    return "\n".join(md_lines(shown.columns, shown.itertuples(index=False))) + "\n"
