@@ -18,6 +18,7 @@ backends=vllm-fa2,vllm-fa3
 if [ -f .device-fi/bootstrap_fi.sh ]; then
   source .device-fi/bootstrap_fi.sh && backends=$backends,flashinfer
 fi
+backends=${VERIFY_BACKENDS:-$backends}  # e.g. VERIFY_BACKENDS=vllm-fa2,vllm-fa3 while FlashInfer still compiles
 
 # FA2 compiles its PTX on first use on Hopper unless the pack's JIT cache is carried: 240 s covers one module
 step verify 240 python3 -m attnbench verify --backend "$backends" --strategy unified,split \
