@@ -38,3 +38,23 @@ def test_a_failing_teardown_is_reported_not_raised(capsys):
     parallel._bounded(boom, "rank 0: destroying the process group", 5)
     assert "destroying the process group failed: NCCL communicator was aborted" in capsys.readouterr().err
     assert parallel.teardown_code(0) == 1
+
+
+@pytest.mark.parametrize("device,destroyed", [("cuda", False), ("cpu", True)])
+def test_an_nccl_group_is_left_to_the_process_exit(monkeypatch, device, destroyed):
+    # NCCL's shutdown hung on both ranks on the 2-GPU H200 after the final barrier had passed; the
+    # rank ends with exit_now right after, so only a gloo group is destroyed
+    import torch
+    calls = []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(parallel, "_rank_device", lambda flag, rank: torch.device(device, 0) if device == "cuda"
+                        else torch.device("cpu"))
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: None)
+    monkeypatch.setattr(parallel.dist, "init_process_group", lambda *a, **k: calls.append("init"))
+    monkeypatch.setattr(parallel.dist, "barrier", lambda *a, **k: calls.append("barrier"))
+    monkeypatch.setattr(parallel.dist, "destroy_process_group", lambda: calls.append("destroy"))
+    with parallel.tensor_parallel(2, device) as (tp, _):
+        assert tp.size == 2
+    assert calls == ["init", "barrier", *(["destroy"] if destroyed else [])]
+    assert parallel.teardown_code() == 0
