@@ -31,6 +31,7 @@ from typing import Callable
 import torch
 
 from attnbench.e2e.attention import PagedAttention
+from attnbench.e2e.graphmem import pool_bytes
 from attnbench.e2e.graphs import BUILT_MODES, GRAPH_NOTE, graph_buckets  # noqa: F401 (re-exported)
 from attnbench.e2e.piecewise import step_graphs
 from attnbench.e2e.model import ModelArgs, Transformer
@@ -101,7 +102,7 @@ class Engine:
             self.capture()
 
     def graph_stats(self) -> tuple[int, int]:
-        """How many graphs this engine captured, and the device memory (bytes) their capture reserved."""
+        """How many graphs this engine captured, and the device memory (bytes) their pools hold."""
         bucketed = [g for g in (self.full, self.piecewise) if g is not None]
         return (len(self.graphs) + sum(g.num_graphs for g in bucketed),
                 self.graph_mem_bytes + sum(g.mem_bytes for g in bucketed))
@@ -185,10 +186,7 @@ class Engine:
         # under a tensor-parallel process group the NCCL watchdog thread queries events while this thread
         # captures; "thread_local" keeps its queries from invalidating the capture (pytorch#104555)
         mode = "thread_local" if torch.distributed.is_initialized() else "global"
-        # torch.cuda.graph empties the allocator's cache on entry: empty it first, or the cached blocks it
-        # frees would be subtracted from the graphs' memory (a negative graph_mem_mb on the H200)
-        torch.cuda.empty_cache()
-        pool, reserved = None, torch.cuda.memory_reserved(self.device)
+        pool = None
         for bucket in reversed(self.buckets):
             md = self.static_md[bucket] = self._static_metadata(bucket)
             self._kv_buffers(md)[0].zero_()  # capture on padding rows only: nothing read or kept
@@ -202,7 +200,7 @@ class Engine:
             pool = pool or graph.pool()
             self.graphs[bucket] = graph
         torch.cuda.synchronize(self.device)
-        self.graph_mem_bytes = torch.cuda.memory_reserved(self.device) - reserved
+        self.graph_mem_bytes = pool_bytes(pool, self.device)
 
     def _load_graph(self, step: Step) -> Callable[[], torch.Tensor]:
         n = len(step.rows)

@@ -16,8 +16,8 @@ size), then the prefill part's rows.
 A graph is captured the first time a step needs its bucket (lazily), in one memory pool shared by
 the engine's graphs. The runner's first run of a row is its untimed check run, and the measured
 runs repeat its schedule, so captures happen there; the engine also subtracts any capture's time
-from the step's host time. Per engine: how many graphs, and the device memory their capture
-reserved (pool, static buffers, warm-up), in the row as `graphs` and `graph_mem_mb`.
+from the step's host time. Per engine: how many graphs, and the device memory their private pool
+holds (graphmem.py), in the row as `graphs` and `graph_mem_mb`.
 
 Policies (graphsafe.POLICIES). `safe`: the plan is made on the bucket's upper bounds
 (max_seqlen_q = the bucket's tokens, max_seqlen_k = every key a block-table row reaches),
@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+
+from attnbench.e2e.graphmem import pool_bytes
 
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.kernels.backends.registry import get_backend
@@ -220,9 +222,6 @@ class FullGraphs:
     @torch.inference_mode()
     def _capture(self, bucket: Bucket, metadata: Metadata) -> _Graph:
         e, start = self.engine, time.perf_counter()
-        if not self.emulate:  # graph capture empties the allocator's cache: see Engine.capture
-            torch.cuda.empty_cache()
-        reserved = 0 if self.emulate else torch.cuda.memory_reserved(e.device)
         buffers = static_buffers(e.attn.strategy, bucket, e.cache.scratch_slot // e.cache.block_size, e.device)
         if self.policy == "naive":  # the capture batch's metadata, as it comes
             write_batch(buffers, metadata, "naive")
@@ -248,7 +247,7 @@ class FullGraphs:
             self.pool = self.pool or graph.pool()
             replay = graph.replay
             torch.cuda.synchronize(e.device)
-            self.mem_bytes += torch.cuda.memory_reserved(e.device) - reserved
+            self.mem_bytes = pool_bytes(self.pool, e.device)  # graphmem.py: why not memory_reserved
         self.graphs[bucket] = _Graph(buffers, plan, ids, pos, slots, indices, logits, replay)
         self.capture_s += time.perf_counter() - start
         return self.graphs[bucket]

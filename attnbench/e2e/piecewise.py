@@ -42,6 +42,8 @@ from typing import Callable
 
 import torch
 
+from attnbench.e2e.graphmem import pool_bytes
+
 from attnbench.e2e.graphs import FullGraphs, graph_replay, round_up, token_buckets
 from attnbench.errors import AttnbenchError
 from attnbench.kernels.metadata import build_metadata
@@ -146,9 +148,6 @@ class PiecewiseGraphs:
     @torch.inference_mode()
     def _capture(self, tokens: int) -> tuple[_Static, list[Callable[[], None]]]:
         e, start = self.engine, time.perf_counter()
-        if not self.emulate:  # graph capture empties the allocator's cache: see Engine.capture
-            torch.cuda.empty_cache()
-        reserved = 0 if self.emulate else torch.cuda.memory_reserved(e.device)
         s = self._buffers(tokens)
         segments = self._segments(s)
         for segment in segments:  # warm-up, in order: lazy initialisation and compilation stay out of the graphs
@@ -165,7 +164,7 @@ class PiecewiseGraphs:
                 self.pool = self.pool or graph.pool()
                 replays.append(graph.replay)
             torch.cuda.synchronize(e.device)
-            self.mem_bytes += torch.cuda.memory_reserved(e.device) - reserved
+            self.mem_bytes = pool_bytes(self.pool, e.device)  # graphmem.py: why not memory_reserved
         self.graphs[tokens] = s, replays
         self.capture_s += time.perf_counter() - start
         return self.graphs[tokens]
