@@ -8,6 +8,11 @@ the current one; parquet, summary.md, plots and the console table are then made 
 results.csv, and `--resume DIR` measures only the points it lacks. `--shard I/N` measures one
 share of the points (workers/shards.py) and `--devices` spreads them over local GPUs
 (workers/devices.py); env.json records both.
+
+In process, a kernel fault (an illegal address, a device-side assert) kills the CUDA context, and
+every later call fails with it: after each point the context is checked as an --isolate worker's
+is (workers/pool.py). A dead one ends the run like an interrupt, with the point's failed rows
+`crashed` and one error line that says how to measure the rest: --isolate --resume.
 """
 
 from __future__ import annotations
@@ -21,14 +26,16 @@ from rich.console import Console
 
 from attnbench.console import default_out_dir, emit_json, print_fusion_table, print_seed_table, progress
 from attnbench.device import device_name, select
-from attnbench.errors import UsageError
+from attnbench.errors import AttnbenchError, UsageError
 from attnbench.interrupts import SignalReceived, interrupted, signals_raise
 from attnbench.kernels.plan import KernelArgs, check_measured, plan_sweep
 from attnbench.kernels.sweep import SweepPlan, run_sweep
+from attnbench.kernels.workload import SweepPoint
 from attnbench.results import files, rundir
 from attnbench.results.env import collect
 from attnbench.results.plots import plot_runs
 from attnbench.results.profiling import write_report
+from attnbench.workers import pool
 from attnbench.workers.devices import device_label, device_shares, resolve_devices, row_telemetry, run_sweep_devices
 from attnbench.workers.isolated import run_sweep_isolated
 from attnbench.workers.shards import parse_shard
@@ -106,27 +113,61 @@ def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
         where = ", ".join(devices) if devices else gpu_name or "cpu"
         console.print(f"{len(plan.points)} points x {len(plan.backends)} backend(s) x {len(plan.strategies)} "
                       f"strategies x {len(plan.modes)} mode(s) on {where} -> {out_dir}")
-        stopped = None
+        stopped: BaseException | None = None
         try:
             stopped = sweep_into(writer.write_many, plan, gpu_name, console, args.json_rows, out_dir,
                                  env.get("devices"))
+        except ContextDied as died:
+            stopped = died
         finally:
             writer.close()
             if devices:
                 files.write_env(out_dir, env)  # with each device's share
         if writer.rows or keep:
-            write_kernel_outputs(out_dir, env, console)
-            if args.profile:
-                write_report(out_dir, console)
+            try:
+                write_kernel_outputs(out_dir, env, console)
+                if args.profile:
+                    write_report(out_dir, console)
+            except AttnbenchError:
+                if stopped is None:
+                    raise  # else the stop is the error to report (e.g. nothing passed before it)
+    if isinstance(stopped, ContextDied):
+        before = [r for r in [*(keep or []), *writer.rows] if point_key(r) != point_key(stopped.point.key())]
+        rows = f"{len(before)} row{'s' if len(before) != 1 else ''}"
+        raise AttnbenchError(f"{stopped}; the {rows} measured before it are in {out_dir}; run again with --isolate "
+                             f"--resume {out_dir} to measure the rest (each point in its own process)")
     if stopped is not None:
         raise interrupted(stopped, len({point_key(r) for r in writer.rows}), len(plan.points), out_dir)
     return out_dir
 
 
+class ContextDied(AttnbenchError):
+    """A kernel fault killed this process's CUDA context at `point`; no later point can run here."""
+
+    def __init__(self, point: SweepPoint, cause: str):
+        super().__init__(f"the CUDA context died at point {point.kind} N={point.num_tokens} "
+                         f"{point.num_heads}x{point.head_dim} ({cause})")
+        self.point = point
+
+
+def dead_context() -> str | None:
+    """After an in-process point: None once its cached memory is released. Else the context is
+    dead, and this is its error ("" if only the health check said so): a kernel fault is sticky,
+    so a synchronize, empty_cache and every later call raise it, however long after the kernel."""
+    try:
+        alive = pool.cuda_healthy()  # looked up at call time: a test-only backend may replace it
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception as exc:  # noqa: BLE001  the sticky error itself
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return None if alive else ""
+
+
 def sweep_into(write: Callable[[list[dict]], None], plan: SweepPlan, gpu_name: str | None, console: Console,
                json_rows: bool, out_dir: Path | None, devices: list[dict] | None = None) -> BaseException | None:
     """Run the sweep, handing each point's rows to `write` once the point is complete; on Ctrl-C or
-    SIGTERM abandon the points in flight and return the interrupt instead of raising it.
+    SIGTERM abandon the points in flight and return the interrupt instead of raising it. In process,
+    a point that leaves the CUDA context dead raises ContextDied once its rows are written.
 
     devices: one worker per device (each entry's `points` and `busy_s` are filled in as it works);
     else this process's device, in process or (plan.isolate) in one worker. GPU telemetry goes to
@@ -143,6 +184,12 @@ def sweep_into(write: Callable[[list[dict]], None], plan: SweepPlan, gpu_name: s
             bar.update(task, advance=1, description=f"{point.kind} N={point.num_tokens} "
                                                     f"{point.num_heads}x{point.head_dim}")
 
+        def after_point(point: SweepPoint) -> None:
+            cause = dead_context()
+            if cause is not None:  # the last failure of the point is the sticky error, if none was seen
+                failed = [row["reason"] for row in pending if row.get("verdict") in pool.FAILED]
+                raise ContextDied(point, cause or (failed or ["torch.cuda.synchronize() failed"])[-1])
+
         try:
             with signals_raise(), row_telemetry(names, out_dir) as annotate:
                 def on_row(row: dict) -> None:
@@ -157,9 +204,12 @@ def sweep_into(write: Callable[[list[dict]], None], plan: SweepPlan, gpu_name: s
                 elif plan.isolate:
                     run_sweep_isolated(plan, gpu_name, on_row, on_point_done, plan.point_timeout_s)
                 else:
-                    run_sweep(plan, gpu_name, on_row, on_point_done)
+                    run_sweep(plan, gpu_name, on_row, on_point_done, after_point)
         except (KeyboardInterrupt, SignalReceived) as exc:
             return exc
+        except ContextDied:
+            write(pool.after_dead_context(pending))  # as an --isolate worker's point: failed rows `crashed`
+            raise
     return None
 
 

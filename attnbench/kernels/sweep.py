@@ -267,11 +267,19 @@ def point_row(plan: SweepPlan, point: SweepPoint, gpu_name: str | None, verdict:
             "strategy": "", "mode": "", "verdict": verdict, "reason": reason}
 
 
+def release_cache(point: SweepPoint) -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def run_sweep(plan: SweepPlan, gpu_name: str | None, on_row: Callable[[dict], None],
-              on_point_done: Callable[[SweepPoint], None] = lambda p: None) -> None:
-    """Every point of the plan; a point's rows go to on_row, then on_point_done(point) says it is
-    complete. An interrupt (KeyboardInterrupt, SIGTERM) propagates before on_point_done: the
-    caller can tell a finished point from an abandoned one."""
+              on_point_done: Callable[[SweepPoint], None] = lambda p: None,
+              after_point: Callable[[SweepPoint], None] = release_cache) -> None:
+    """Every point of the plan; a point's rows go to on_row, then after_point(point) (frees its
+    cached memory), then on_point_done(point) says it is complete. An interrupt (KeyboardInterrupt,
+    SIGTERM) propagates before on_point_done: the caller can tell a finished point from an
+    abandoned one. So may what after_point raises: a kernel job's checks there that the point left
+    the CUDA context alive (kernels/job.py), since after a kernel fault every later call fails."""
     for point in plan.points:
         try:
             with nvtx_range(f"point {point.kind} N={point.num_tokens} {point.num_heads}x{point.head_dim}"):
@@ -279,7 +287,5 @@ def run_sweep(plan: SweepPlan, gpu_name: str | None, on_row: Callable[[dict], No
                     on_row(row)
         except Exception as exc:  # inputs or reference failed: record it, keep going
             on_row(point_row(plan, point, gpu_name, failure_verdict(exc), error_reason(exc)))
-        finally:
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+        after_point(point)
         on_point_done(point)
