@@ -155,12 +155,15 @@ def dead_context() -> str | None:
     dead, and this is its error ("" if only the health check said so): a kernel fault is sticky,
     so a synchronize, empty_cache and every later call raise it, however long after the kernel."""
     try:
-        alive = pool.cuda_healthy()  # looked up at call time: a test-only backend may replace it
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        if pool.cuda_healthy():  # looked up at call time: a test-only backend may replace it
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            return None
+        if torch.cuda.is_initialized():  # the check swallows the sticky error: raise it again for its text
+            torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001  the sticky error itself
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    return None if alive else ""
+    return ""
 
 
 def sweep_into(write: Callable[[list[dict]], None], plan: SweepPlan, gpu_name: str | None, console: Console,

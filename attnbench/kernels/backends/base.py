@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 
@@ -81,13 +81,25 @@ class Plan:
         return out
 
 
-def on_tokens(launch: Launch, start: int) -> Launch:
-    """The launch over q[start:] / out[start:]: the varlen part of a split batch."""
-    if start == 0:
+def injected_or_found(injected: Any, find: Callable[[], tuple[Any, str | None]]) -> Any:
+    """A backend's library: the one a test handed in, else what `find()` locates on this machine
+    (a (module, reason) pair); raises with find's reason when it is not there."""
+    if injected is not None:
+        return injected
+    found, reason = find()
+    if found is None:
+        raise RuntimeError(reason)
+    return found
+
+
+def on_tokens(launch: Launch, start: int, stop: int | None = None) -> Launch:
+    """The launch over q[start:stop] / out[start:stop]: the varlen part of a split batch (to its end),
+    or some prefill requests inside it (FlashInfer's POD runs the others)."""
+    if start == 0 and stop is None:
         return launch
 
     def run(q, k_cache, v_cache, out):
-        launch(q[start:], k_cache, v_cache, out[start:])
+        launch(q[start:stop], k_cache, v_cache, out[start:stop])
     return run
 
 

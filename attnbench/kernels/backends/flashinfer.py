@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from attnbench.kernels.backends.base import Backend, Plan, as_batched, on_tokens
+from attnbench.kernels.backends.base import Backend, Plan, as_batched, injected_or_found, on_tokens
 from attnbench.kernels.backends.flashinfer_common import (
     DTYPES,
     FLOAT_WORKSPACE_BYTES,
@@ -92,12 +92,7 @@ class FlashInferBackend(Backend):
         self.pool = WrapperPool()
 
     def fi(self) -> Any:
-        if self._library is not None:
-            return self._library
-        module, reason = find_flashinfer()
-        if module is None:
-            raise RuntimeError(reason)
-        return module
+        return injected_or_found(self._library, find_flashinfer)
 
     def unavailable_reason(self) -> str | None:
         if self._library is not None:

@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from attnbench.kernels.backends.base import Launch
+from attnbench.kernels.backends.base import on_tokens
 from attnbench.kernels.backends.flashinfer_common import (
     Part,
     paged_kv_arrays,
@@ -148,16 +148,9 @@ def pod_parts(fi: Any, point: SweepPoint, md: SplitMetadata,
     parts = {"fused": pod}
     for side, sub in extras.items():
         part = plan_prefill(point, sub)
-        parts[f"fused-prefill-{side}"] = Part(on_rows(part.launch, sub.token_offset, sub.token_offset + sub.num_tokens),
+        parts[f"fused-prefill-{side}"] = Part(on_tokens(part.launch, sub.token_offset, sub.token_offset + sub.num_tokens),
                                               part.details, part.lease)
     return parts
-
-
-def on_rows(launch: Launch, start: int, stop: int) -> Launch:
-    """The launch over q[start:stop] / out[start:stop]: some prefill requests inside the batch."""
-    def run(q, k_cache, v_cache, out):
-        launch(q[start:stop], k_cache, v_cache, out[start:stop])
-    return run
 
 
 def pod_part(fi: Any, point: SweepPoint, dec: KVCacheMetadata, block_row: torch.Tensor, start: int, q_len: int,

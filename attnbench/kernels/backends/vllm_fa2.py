@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from attnbench.kernels.backends.base import Backend, Launch
+from attnbench.kernels.backends.base import Backend, Launch, injected_or_found
 from attnbench.kernels.metadata import KVCacheMetadata, VarlenMetadata
 
 HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
@@ -137,12 +137,7 @@ class VllmFA2Backend(Backend):
         self._library = library  # tests hand in a fake; None: find_library()
 
     def _lib(self) -> FA2Library:
-        if self._library is not None:
-            return self._library
-        lib, reason = find_library()
-        if lib is None:
-            raise RuntimeError(reason)
-        return lib
+        return injected_or_found(self._library, find_library)
 
     def unavailable_reason(self) -> str | None:
         if self._library is not None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from attnbench.kernels.backends.base import Backend, Launch
+from attnbench.kernels.backends.base import Backend, Launch, injected_or_found
 from attnbench.kernels.metadata import KVCacheMetadata, VarlenMetadata
 
 HEAD_DIMS = (64, 96, 128, 192, 256)
@@ -84,12 +84,7 @@ class VllmFA3Backend(Backend):
         self._op = op  # tests hand in a fake op; None: find_op()
 
     def _fwd(self):
-        if self._op is not None:
-            return self._op
-        op, reason = find_op()
-        if op is None:
-            raise RuntimeError(reason)
-        return op
+        return injected_or_found(self._op, find_op)
 
     def unavailable_reason(self) -> str | None:
         if self._op is not None:
