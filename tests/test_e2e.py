@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 from conftest import PNG_MAGIC
+from gpu_e2e import backend_params
 from model_fixtures import oracle_logits, write_checkpoint
 from typer.testing import CliRunner
 
-from attnbench.kernels.backends.registry import get_backend
 from attnbench.cli.main import app
 from attnbench.e2e.runner import ModelEngines
 from attnbench.e2e.report import compare_generations
@@ -200,11 +200,7 @@ def test_llama_7b_on_cpu_says_how_much_it_needs():
 
 # --- GPU --------------------------------------------------------------------------------------
 
-GPU_BACKENDS = [  # every graph-safe kernel backend, each skipped with its reason where it cannot run
-    pytest.param(name, id=name, marks=pytest.mark.skipif(
-        get_backend(name).unavailable_reason() is not None,
-        reason=f"{name} unavailable: {get_backend(name).unavailable_reason()}"))
-    for name in ("vllm-fa2", "vllm-fa3")]
+GPU_BACKENDS = backend_params("vllm-fa2", "vllm-fa3")  # every graph-safe kernel backend
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)

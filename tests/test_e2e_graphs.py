@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import torch
+from gpu_e2e import backend_params, cli_graph_run
 from test_graphsafe import grid_backend
 from typer.testing import CliRunner
 
@@ -21,7 +22,6 @@ from attnbench.e2e.model import ModelArgs, random_model
 from attnbench.e2e.report import FAILING, compare_generations
 from attnbench.e2e.runner import ModelEngines
 from attnbench.e2e.scheduler import Sequence, make_prompts, schedule
-from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.graphsafe import static_buffers, write_batch
 from attnbench.kernels.metadata import build_metadata
 from attnbench.kernels.workload import Batch
@@ -156,16 +156,12 @@ def test_rows_carry_cudagraph_and_older_results_read_with_its_default(full_on_cp
 
 # --- GPU --------------------------------------------------------------------------------------
 
-GPU_BACKENDS = [
-    pytest.param(name, id=name, marks=pytest.mark.skipif(
-        get_backend(name).unavailable_reason() is not None,
-        reason=f"{name} unavailable: {get_backend(name).unavailable_reason()}"))
-    for name in ("vllm-fa2", "vllm-fa3")]
+GPU_BACKENDS = backend_params("vllm-fa2", "vllm-fa3")
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
 class TestFullGraphsOnTheGPU:
-    """Not yet run on a GPU (written without one): the lead runs it before issue 11 is called done."""
+    """Full graphs on a GPU against eager tokens (run on the H200 through benchmarks/gpu_verify.sh)."""
 
     pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -188,13 +184,7 @@ class TestFullGraphsOnTheGPU:
             pytest.skip(f"{backend} {strategy} survived the naive policy on this schedule ({verdict}): nothing caught")
 
     def test_cli_full_rows_record_graphs_and_agree(self, backend, tmp_path):
-        out = tmp_path / "run"
-        result = CliRunner().invoke(app, ["e2e", "--model", "tiny", "--warmup", "1", "--iters", "2", "--input-len", "24",
-                                          "--output-len", "8", "--batch-size", "1,3", "--chunk-size", "16",
-                                          "--backend", backend, "--cudagraph", "full", "--out", str(out)])
-        assert result.exit_code == 0, result.output
-        df = pd.read_csv(out / "results.csv")
+        df, agreement = cli_graph_run(backend, "full", tmp_path)
         assert (df["cudagraph"] == "full").all() and (df["graphs"] > 0).all() and (df["graph_mem_mb"] > 0).all()
         assert (df["verdict"] == "pass").all(), df[["strategy", "batch_size", "verdict", "reason"]]
-        agreement = pd.read_csv(out / "agreement.csv")
         assert "unified graph" in set(agreement["run"]) and set(agreement["verdict"]) <= {"match", "near-tie"}

@@ -14,6 +14,7 @@ import functools
 import pandas as pd
 import pytest
 import torch
+from gpu_e2e import backend_params, cli_graph_run
 from test_graphsafe import grid_backend
 from typer.testing import CliRunner
 
@@ -161,16 +162,12 @@ def test_piecewise_on_the_cpu_falls_back_to_none_with_a_note(tmp_path):
 
 # --- GPU --------------------------------------------------------------------------------------
 
-GPU_BACKENDS = [
-    pytest.param(name, id=name, marks=pytest.mark.skipif(
-        get_backend(name).unavailable_reason() is not None,
-        reason=f"{name} unavailable: {get_backend(name).unavailable_reason()}"))
-    for name in ("vllm-fa2", "vllm-fa3", "flashinfer")]
+GPU_BACKENDS = backend_params("vllm-fa2", "vllm-fa3", "flashinfer")
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
 class TestPiecewiseGraphsOnTheGPU:
-    """Not yet run on a GPU (written without one): the lead runs it before issue 11 is called done."""
+    """Piecewise graphs on a GPU against eager tokens (run on the H200 through benchmarks/gpu_verify.sh)."""
 
     pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -208,14 +205,8 @@ class TestPiecewiseGraphsOnTheGPU:
         assert result.verdict in ("match", "near-tie"), result
 
     def test_cli_piecewise_rows_record_graphs_and_agree(self, backend, tmp_path):
-        out = tmp_path / "run"
-        result = CliRunner().invoke(app, ["e2e", "--model", "tiny", "--warmup", "1", "--iters", "2", "--input-len", "24",
-                                          "--output-len", "8", "--batch-size", "1,3", "--chunk-size", "16",
-                                          "--backend", backend, "--cudagraph", "piecewise", "--out", str(out)])
-        assert result.exit_code == 0, result.output
-        df = pd.read_csv(out / "results.csv")
+        df, agreement = cli_graph_run(backend, "piecewise", tmp_path)
         assert (df["cudagraph"] == "piecewise").all() and (df["graphs"] > 0).all() and (df["graph_mem_mb"] > 0).all()
         assert (df["graphs"] % (TINY.n_layer + 1) == 0).all()
         assert (df["verdict"] == "pass").all(), df[["strategy", "batch_size", "verdict", "reason"]]
-        agreement = pd.read_csv(out / "agreement.csv")
         assert "unified graph" in set(agreement["run"]) and set(agreement["verdict"]) <= {"match", "near-tie"}
