@@ -31,7 +31,7 @@ from typing import Callable
 import torch
 
 from attnbench.e2e.attention import PagedAttention
-from attnbench.e2e.graphmem import pool_bytes
+from attnbench.e2e.graphmem import capture, pool_bytes
 from attnbench.e2e.graphs import BUILT_MODES, GRAPH_NOTE, graph_buckets  # noqa: F401 (re-exported)
 from attnbench.e2e.piecewise import step_graphs
 from attnbench.e2e.model import ModelArgs, Transformer
@@ -183,9 +183,6 @@ class Engine:
                                          device=self.device)
         self.static_md: dict[int, VarlenMetadata | SplitMetadata] = {}
         self.graph_plans: dict[int, Plan] = {}  # kept alive with their graphs
-        # under a tensor-parallel process group the NCCL watchdog thread queries events while this thread
-        # captures; "thread_local" keeps its queries from invalidating the capture (pytorch#104555)
-        mode = "thread_local" if torch.distributed.is_initialized() else "global"
         pool = None
         for bucket in reversed(self.buckets):
             md = self.static_md[bucket] = self._static_metadata(bucket)
@@ -193,12 +190,11 @@ class Engine:
             plan = self.graph_plans[bucket] = self.attn.plan(md)  # planned once, outside the capture
             self.attn.bind(plan, self.static_slots[:bucket])
             args = (self.static_ids[:bucket], self.static_pos[:bucket], self.attn)
-            self.static_logits[:bucket] = self.model(*args)  # warm-up: lazy inits stay out of the graph
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool, capture_error_mode=mode):
+
+            def forward() -> None:
                 self.static_logits[:bucket] = self.model(*args)
-            pool = pool or graph.pool()
-            self.graphs[bucket] = graph
+            forward()  # warm-up: lazy inits stay out of the graph
+            self.graphs[bucket], pool = capture(forward, pool)  # captured now: the closure's values are this bucket's
         torch.cuda.synchronize(self.device)
         self.graph_mem_bytes = pool_bytes(pool, self.device)
 

@@ -1,4 +1,5 @@
-"""How much device memory a set of CUDA graphs holds: the segments of their private memory pool.
+"""Capturing the e2e engine's CUDA graphs (decode, full and piecewise) into one pool per engine,
+and how much device memory they hold: the segments of that private memory pool.
 
 Why not the change in `torch.cuda.memory_reserved` around a capture: `torch.cuda.graph` empties the
 allocator's cache on entry, and tensors freed between the two readings (the previous step's
@@ -8,6 +9,8 @@ graphs' pool is what they keep for as long as they live. Static input and output
 the default pool and are not counted."""
 
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 
@@ -23,3 +26,15 @@ def pool_bytes(pool, device: torch.device | str) -> int:
     segments = torch.cuda.memory._snapshot()["segments"]
     return sum(int(s["total_size"]) for s in segments
                if s.get("device", index) == index and tuple(s.get("segment_pool_id", ())) == want)
+
+
+def capture(fn: Callable[[], object], pool) -> tuple[torch.cuda.CUDAGraph, object]:
+    """fn() captured into a new graph in `pool` (None: a new pool); the graph and the pool to pass to
+    the next capture. Under a tensor-parallel process group the NCCL watchdog thread queries events
+    while this thread captures; "thread_local" keeps its queries from invalidating the capture
+    (pytorch#104555)."""
+    mode = "thread_local" if torch.distributed.is_initialized() else "global"
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool, capture_error_mode=mode):
+        fn()
+    return graph, pool or graph.pool()

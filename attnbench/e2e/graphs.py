@@ -40,7 +40,7 @@ from typing import Callable
 
 import torch
 
-from attnbench.e2e.graphmem import pool_bytes
+from attnbench.e2e.graphmem import capture, pool_bytes
 
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.kernels.backends.registry import get_backend
@@ -58,12 +58,6 @@ DECODE_ONLY_NOTE = ("decode steps replay decode CUDA graphs (buckets {buckets});
                     "replay on pure-decode batches only (graph_replay); --graph-policy does not apply")
 PIECEWISE_NOTE = ("every step replays piecewise CUDA graphs (all but attention, {segments} per token bucket, captured "
                   "on first use); attention runs eagerly between them on the step's real tokens")
-
-
-def graph_replay(backend) -> str:
-    """Which batches a backend's captured plans replay on: "any", or "decode-only" (FlashInfer's
-    wrappers); "any" for a backend from before the attribute."""
-    return getattr(backend, "graph_replay", "any")
 
 
 def graph_buckets(max_num_seqs: int) -> list[int]:
@@ -105,7 +99,7 @@ def graph_mode(backend: str, device: torch.device, eager: bool, max_num_seqs: in
     if not get_backend(backend).graph_safe:
         return "none", f"eager: the {backend} backend cannot be captured in a CUDA graph"
     if cudagraph == "full":
-        if graph_replay(get_backend(backend)) == "decode-only":  # piecewise.step_graphs
+        if get_backend(backend).graph_replay == "decode-only":  # piecewise.step_graphs
             return "full", DECODE_ONLY_NOTE.format(buckets=",".join(map(str, graph_buckets(max_num_seqs))),
                                                    segments=segments, backend=backend)
         return "full", FULL_NOTE.format(policy=graph_policy)
@@ -239,12 +233,7 @@ class FullGraphs:
         forward()  # warm-up: lazy initialisation stays out of the graph
         replay = forward
         if not self.emulate:
-            # under a tensor-parallel process group: see Engine.capture
-            mode = "thread_local" if torch.distributed.is_initialized() else "global"
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, self.pool, capture_error_mode=mode):
-                logits.copy_(e.model(ids, pos, e.attn, indices))
-            self.pool = self.pool or graph.pool()
+            graph, self.pool = capture(lambda: logits.copy_(e.model(ids, pos, e.attn, indices)), self.pool)
             replay = graph.replay
             torch.cuda.synchronize(e.device)
             self.mem_bytes = pool_bytes(self.pool, e.device)  # graphmem.py: why not memory_reserved

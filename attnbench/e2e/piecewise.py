@@ -42,9 +42,8 @@ from typing import Callable
 
 import torch
 
-from attnbench.e2e.graphmem import pool_bytes
-
-from attnbench.e2e.graphs import FullGraphs, graph_replay, round_up, token_buckets
+from attnbench.e2e.graphmem import capture, pool_bytes
+from attnbench.e2e.graphs import FullGraphs, round_up, token_buckets
 from attnbench.errors import AttnbenchError
 from attnbench.kernels.metadata import build_metadata
 
@@ -154,14 +153,9 @@ class PiecewiseGraphs:
             segment()
         replays = segments
         if not self.emulate:
-            # under a tensor-parallel process group: see Engine.capture
-            mode = "thread_local" if torch.distributed.is_initialized() else "global"
             replays = []
             for segment in segments:
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, self.pool, capture_error_mode=mode):
-                    segment()
-                self.pool = self.pool or graph.pool()
+                graph, self.pool = capture(segment, self.pool)
                 replays.append(graph.replay)
             torch.cuda.synchronize(e.device)
             self.mem_bytes = pool_bytes(self.pool, e.device)  # graphmem.py: why not memory_reserved
@@ -177,6 +171,6 @@ def step_graphs(engine, mode: str, policy: str = "safe",
     FlashInfer) gets none of full's: its decode steps replay the engine's decode graphs (the
     single-token decode batches its graph-mode plans are made for) and its prefill and mixed
     steps run piecewise, as vLLM's FULL_AND_PIECEWISE mode does."""
-    decode_only = mode == "full" and graph_replay(engine.attn.backend) == "decode-only"
+    decode_only = mode == "full" and engine.attn.backend.graph_replay == "decode-only"
     full = FullGraphs(engine, policy, emulate) if mode == "full" and not decode_only else None
     return full, (PiecewiseGraphs(engine, emulate) if mode == "piecewise" or decode_only else None)

@@ -57,9 +57,8 @@ def _part(rows: pd.DataFrame, column: str) -> float:
     if column not in rows:
         return math.nan
     values = pd.to_numeric(rows[column], errors="coerce")
-    split = values[rows["strategy"] == "split"].dropna()
-    return float(split.iloc[0]) if not split.empty else float(values.dropna().iloc[0]) if values.notna().any() \
-        else math.nan
+    seen = pd.concat([values[rows["strategy"] == "split"], values]).dropna()  # split's first
+    return float(seen.iloc[0]) if not seen.empty else math.nan
 
 
 def fusion_lines(df: pd.DataFrame) -> list[str]:
