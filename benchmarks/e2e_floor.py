@@ -4,6 +4,8 @@
    less than bf16 weight bytes / the device's copy bandwidth (measured here: read + write bytes of
    a 2 GiB device-to-device copy, CUDA events). Goal (issue 3): attnbench's decode step under
    CUDA graphs within 1.2x the floor.
+   Under `--cudagraph full` (issue 11) every step replays a graph: the batch-1 prefill step of
+   --input-len tokens against the batch-1 decode step of the same engine (goal: within 1.5x).
 2. Hugging Face transformers on the same random weights (LlamaForCausalLM from a LlamaConfig, our
    tensors copied in), `generate` greedy with a static cache: eager (disable_compile), and with
    --hf-compile also as transformers runs a static cache by default (torch.compile,
@@ -45,8 +47,9 @@ def copy_bandwidth_gbs(device: torch.device, gib: float = 2.0, reps: int = 20) -
     return 2 * src.numel() * reps / (start.elapsed_time(end) / 1e3) / 1e9
 
 
-def attnbench_run(runner: ModelEngines, strategy: str, prompt: list[int], output_len: int, warmup: int, iters: int) -> dict:
-    engine = runner.engine("vllm-fa2", strategy, graphs=True)
+def attnbench_run(runner: ModelEngines, backend: str, strategy: str, prompt: list[int], output_len: int, warmup: int,
+                  iters: int) -> dict:
+    engine = runner.engine(backend, strategy, graphs=True)
     check = engine.generate([prompt], output_len, record_logits=True)
     for _ in range(warmup):
         engine.generate([prompt], output_len)
@@ -60,6 +63,18 @@ def attnbench_run(runner: ModelEngines, strategy: str, prompt: list[int], output
     torch.cuda.synchronize()
     return {**run_metrics(runs, 1, output_len), "graph_replay_ms": start.elapsed_time(end) / 50,
             "tokens": check.tokens[0], "first_logits": check.logits[0, 0].float()}
+
+
+def full_graph_steps(runner: ModelEngines, backend: str, strategy: str, prompt: list[int], output_len: int,
+                     warmup: int, iters: int) -> dict:
+    """Under full graphs: the p50 prefill step and decode step (CUDA events around each replay)."""
+    engine = runner.engine(backend, strategy, "full")
+    engine.generate([prompt], output_len)  # captures each bucket on first use, untimed
+    for _ in range(warmup):
+        engine.generate([prompt], output_len)
+    m = run_metrics([engine.generate([prompt], output_len) for _ in range(iters)], 1, output_len)
+    return {"prefill_step_ms": m["prefill_step_p50_ms"], "decode_step_ms": m["decode_step_p50_ms"],
+            "prefill_over_decode": m["prefill_step_p50_ms"] / m["decode_step_p50_ms"], "graphs": engine.graph_stats()[0]}
 
 
 def hf_model(model):
@@ -115,6 +130,10 @@ def print_table(r: dict, input_len: int, output_len: int) -> None:
             *[(f"attnbench decode step, graphs, {s} (ms)", f"{r[f'{s}_decode_step_ms']:.3f}",
                f"{r[f'{s}_floor_ratio']:.2f}x floor (goal <= 1.2); replay alone {r[f'{s}_graph_replay_ms']:.3f} ms")
               for s in ("unified", "split")],
+            *[(f"full graphs, {s}: {input_len}-token prefill step / decode step (ms)",
+               f"{r[f'full_{s}_prefill_step_ms']:.3f} / {r[f'full_{s}_decode_step_ms']:.3f}",
+               f"{r[f'full_{s}_prefill_over_decode']:.2f}x (goal <= 1.5)")
+              for s in ("unified", "split") if f"full_{s}_prefill_step_ms" in r],
             (f"attnbench request {input_len}/{output_len} bs1, unified (s)", f"{r['unified_request_p50_s']:.3f}", ""),
             *[(f"transformers {k.split('_')[1]} static-cache generate (s)", f"{r[f'{k}_request_p50_s']:.3f}",
                f"attnbench {r[f'{k}_speedup_of_attnbench']:.2f}x faster (goal >= 1.5)")
@@ -127,6 +146,7 @@ def print_table(r: dict, input_len: int, output_len: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="llama-7b")
+    parser.add_argument("--backend", default="vllm-fa2")
     parser.add_argument("--input-len", type=int, default=32)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=2)
@@ -137,7 +157,7 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     device = torch.device("cuda")
-    results: dict = {"model": args.model, "input_len": args.input_len, "output_len": args.output_len,
+    results: dict = {"model": args.model, "backend": args.backend, "input_len": args.input_len, "output_len": args.output_len,
                      "warmup": args.warmup, "iters": args.iters, "gpu": torch.cuda.get_device_name(device)}
 
     def save(stage: str, **values) -> None:
@@ -156,12 +176,15 @@ def main() -> None:
     prompt = make_prompts(1, args.input_len, margs.vocab_size, seed=0)[0]
     ours = {}
     for strategy in ("unified", "split"):
-        ours[strategy] = attnbench_run(runner, strategy, prompt, args.output_len, args.warmup, args.iters)
+        ours[strategy] = attnbench_run(runner, args.backend, strategy, prompt, args.output_len, args.warmup, args.iters)
         m = ours[strategy]
         save(f"attnbench {strategy}", fused_ops=fused.status, **{f"{strategy}_decode_step_ms": m["decode_step_p50_ms"],
                                          f"{strategy}_graph_replay_ms": m["graph_replay_ms"],
                                          f"{strategy}_request_p50_s": m["request_p50_s"],
                                          f"{strategy}_floor_ratio": m["decode_step_p50_ms"] / results["floor_ms"]})
+    for strategy in ("unified", "split"):
+        full = full_graph_steps(runner, args.backend, strategy, prompt, args.output_len, args.warmup, args.iters)
+        save(f"full graphs {strategy}", **{f"full_{strategy}_{k}": v for k, v in full.items()})
 
     try:
         hf, version = hf_model(model)

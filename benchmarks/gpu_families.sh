@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The kernel families of issue 10 on an H200: FlashInfer (unified, split, fused POD, BatchAttention),
 # FlexAttention and vLLM's FA2/FA3 side by side. Parts, run in the order given (each step under a limit):
-#   warm      start compiling FlashInfer's modules (decode, prefill fa2/fa3, BatchAttention, POD; head dims
-#             64 and 128) in the background, into the machine's JIT cache; packs land in $OUT
-#   wait      wait for that compile (also from another process: it leaves $FI_WARM_DONE behind)
-#   seed      the seed's 9-point decode table with vllm-fa2, vllm-fa3, flashinfer and flex (unified, split)
+#   warm      start compiling FA2's PTX and FlashInfer's modules not carried in a pack (decode, prefill
+#             fa2/fa3, BatchAttention, POD; head dims 64 and 128) in the background (gpu_warm.sh);
+#             packs land in $OUT
+#   wait      wait for those compiles (also from another process: they leave files behind); waitfa2 and
+#             waitfi wait for one of them
+#   seed      the seed's 9-point decode table with vllm-fa2, vllm-fa3, flashinfer and flex (unified, split),
+#             each point in a worker process (--isolate): a point that kills its CUDA context costs that point
 #   mixed     scenarios/mixed-families.toml: mixed batches, 32/8 x 128 and 12 x 64, every backend x strategy
 #   balanced  scenarios/pod-balanced.toml: prefill part and decode part of comparable time, fused vs the rest
 #   e2e       e2e llama-3-8b 512/32 batch 8 --chunk-size 256 on flashinfer unified / split / fused
@@ -18,31 +21,22 @@ OUT=${OUT:-$PWD/gpu-families}
 mkdir -p "$OUT"
 [ -n "${FLASHINFER_WORKSPACE_BASE:-}" ] || source .device-fi/bootstrap_fi.sh
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-FI_WARM_DONE=${FI_WARM_DONE:-/tmp/attnbench-fi-warm.done}
 start=$SECONDS
 SUMMARY=$OUT/summary.txt
 touch "$SUMMARY"
 source "$(dirname "${BASH_SOURCE[0]}")/step.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_warm.sh"
 FAST=(--replicates 1 --budget-ms 100)
 
 for part in "$@"; do
   case $part in
-    warm)
-      rm -f "$FI_WARM_DONE"
-      ( timeout -k 10 "${FI_WARM_LIMIT:-330}" python3 .device-fi/warm_flashinfer.py --groups decode,fa2,fa3,ba,pod \
-          --dims 64,128 --budget "$(( ${FI_WARM_LIMIT:-330} - 20 ))" --reserve 40 --no-test --pack "$OUT/fi-jit.tar.xz" \
-          > "$OUT/warm-fi.log" 2>&1; rc=$?
-        { echo "rc=$rc"; grep -E "compiled|TIMEOUT|cached|pack:" "$OUT/warm-fi.log"; } > "$FI_WARM_DONE.tmp"
-        mv "$FI_WARM_DONE.tmp" "$FI_WARM_DONE" ) &
-      echo "== warm: FlashInfer compiling in the background (pid $!)" | tee -a "$SUMMARY" ;;
-    wait)
-      t0=$SECONDS
-      while [ ! -f "$FI_WARM_DONE" ] && [ $((SECONDS - t0)) -lt 360 ]; do sleep 2; done
-      echo "== wait: waited $((SECONDS - t0))s for the FlashInfer compile:" | tee -a "$SUMMARY"
-      cat "$FI_WARM_DONE" 2>/dev/null | tee -a "$SUMMARY" || echo "NOT DONE" | tee -a "$SUMMARY" ;;
+    warm) WARM_OUT=$OUT warm_start; echo "== warm: FA2 and FlashInfer compiling in the background" | tee -a "$SUMMARY" ;;
+    wait) warm_wait fa2; warm_wait fi ;;
+    waitfa2) warm_wait fa2 ;;
+    waitfi) warm_wait fi ;;
     seed)
-      step seed-families 200 python3 -m attnbench run scenarios/seed-kernel-table.toml \
-        --backend vllm-fa2,vllm-fa3,flashinfer,flex "${FAST[@]}" --out "$OUT/seed-families" ;;
+      step seed-families 300 python3 -m attnbench run scenarios/seed-kernel-table.toml \
+        --backend vllm-fa2,vllm-fa3,flashinfer,flex "${FAST[@]}" --isolate --point-timeout 150 --out "$OUT/seed-families" ;;
     mixed)
       step mixed-families 420 python3 -m attnbench run scenarios/mixed-families.toml "${FAST[@]}" \
         --out "$OUT/mixed-families" ;;

@@ -7,6 +7,8 @@ eager tokens under both policies."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 import torch
@@ -14,13 +16,14 @@ from gpu_e2e import backend_params, cli_graph_run
 from test_graphsafe import grid_backend
 from typer.testing import CliRunner
 
+from attnbench.cli import flags, scenario
 from attnbench.cli.main import app
 from attnbench.e2e.attention import PagedAttention
 from attnbench.e2e.engine import Engine
 from attnbench.e2e.graphs import FullGraphs, full_bucket, pad_step, token_buckets
 from attnbench.e2e.model import ModelArgs, random_model
 from attnbench.e2e.report import FAILING, compare_generations
-from attnbench.e2e.runner import ModelEngines
+from attnbench.e2e.runner import ModelEngines, length_pairs
 from attnbench.e2e.scheduler import Sequence, make_prompts, schedule
 from attnbench.kernels.graphsafe import static_buffers, write_batch
 from attnbench.kernels.metadata import build_metadata
@@ -28,6 +31,7 @@ from attnbench.kernels.workload import Batch
 from attnbench.results.read import load_run
 
 TINY = ModelArgs.from_name("tiny")
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 SEQS, TOKENS = [1, 2, 4], token_buckets(16)
 
 
@@ -82,7 +86,8 @@ def test_a_full_graph_step_writes_safe_padded_metadata(strategy):
 def _emulated(model, cache_engines: ModelEngines, strategy: str, policy: str | None) -> Engine:
     backend, _ = grid_backend()
     attn = PagedAttention(backend, strategy, cache_engines.point, cache_engines.cache.k, cache_engines.cache.v)
-    engine = Engine(model, cache_engines.cache, attn, 4, 64, 16)
+    engine = Engine(model, cache_engines.cache, attn, cache_engines.max_num_seqs, cache_engines.max_model_len,
+                    cache_engines.chunk_size)
     if policy:
         engine.full = FullGraphs(engine, policy, emulate=True)
     return engine
@@ -108,6 +113,30 @@ def test_emulated_full_graphs_agree_with_eager_under_safe_and_naive_breaks_unifi
         # the stale values happen to be close, near-tie (seen on a fresh CI clone); never a clean match
         assert verdict in (*FAILING, "near-tie")
     # split survives this schedule: its prefill buckets happen to be captured on their longest chunk
+
+
+def test_the_naive_scenario_replays_a_bucket_on_a_query_past_the_tiles_it_was_captured_with(monkeypatch):
+    """scenarios/graph-bug-naive.toml, the run that shows the seed's bug on a GPU: a bucket first
+    captured on a step whose longest chunk fits one query tile (FA2's paged kernel: 64 rows) is
+    replayed, at the next point on the same engine, on a chunk longer than FA3's largest tile (192
+    rows), so a launch grid frozen at capture leaves rows of it unwritten."""
+    args = flags.e2e_args(scenario.load_scenario(SCENARIOS / "graph-bug-naive.toml").values)
+    assert (args.cudagraph, args.graph_policy) == ("full", "naive")
+    pairs = length_pairs(args)
+    model = random_model(TINY, torch.bfloat16, "cpu", seed=3)
+    engines = ModelEngines(model, max(args.batch_sizes), max(i + o for i, o in pairs), chunk_size=args.chunk_size)
+    engine = _emulated(model, engines, "unified", "naive")
+    seen, load = [], engine.full.load  # (bucket, the step's longest query, captured before)
+
+    def spy(step):
+        bucket = engine.full.bucket(step)
+        seen.append((bucket, max(step.batch.query_lens), bucket in engine.full.graphs))
+        return load(step)
+    monkeypatch.setattr(engine.full, "load", spy)
+    for input_len, output_len in pairs:
+        engine.generate(make_prompts(args.batch_sizes[0], input_len, TINY.vocab_size, args.seed), output_len)
+    captured = {bucket: q for bucket, q, before in seen if not before}
+    assert any(captured[bucket] <= 64 and q > 192 for bucket, q, before in seen if before), seen
 
 
 def invoke(*args: str):
@@ -188,3 +217,19 @@ class TestFullGraphsOnTheGPU:
         assert (df["cudagraph"] == "full").all() and (df["graphs"] > 0).all() and (df["graph_mem_mb"] > 0).all()
         assert (df["verdict"] == "pass").all(), df[["strategy", "batch_size", "verdict", "reason"]]
         assert "unified graph" in set(agreement["run"]) and set(agreement["verdict"]) <= {"match", "near-tie"}
+
+    @pytest.mark.parametrize("policy", ["naive", "safe"])
+    def test_the_naive_scenario_shows_the_seed_bug_and_safe_fixes_it(self, backend, policy, tmp_path):
+        """scenarios/graph-bug-naive.toml: naive's unified rows of the second point disagree with eager
+        (MISMATCH or non-finite), so those rows fail; under safe every row passes and agrees."""
+        out = tmp_path / policy
+        result = CliRunner().invoke(app, ["run", str(SCENARIOS / "graph-bug-naive.toml"), "--backend", backend,
+                                          "--graph-policy", policy, "--out", str(out)])
+        assert result.exit_code == 0, result.output  # measured rows, some failed: not a failed run
+        df = pd.read_csv(out / "results.csv")
+        print(policy, df[["input_len", "strategy", "agreement", "verdict"]].to_string())
+        if policy == "safe":
+            assert (df["verdict"] == "pass").all() and set(df["agreement"]) <= {"match", "near-tie"}, df
+            return
+        second = df[(df["input_len"] == 240) & (df["strategy"] == "unified")]
+        assert set(second["agreement"]) <= set(FAILING) and len(second) == 1 and (second["verdict"] == "fail").all()

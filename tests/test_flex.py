@@ -140,6 +140,18 @@ def test_points_too_big_for_the_mask_or_the_eager_path_are_skipped_with_a_reason
     assert "BlockMask would list" in FLEX.supports(point("decode"), "split", CPU)
 
 
+@pytest.mark.parametrize("tokens, shape, refused", [(500, (32, 32), False), (1000, (32, 32), True),
+                                                   (1000, (12, 12), False), (500, (64, 64), True)])
+def test_caches_past_int32_offsets_are_refused_on_cuda(monkeypatch, tokens, shape, refused):
+    """The seed table's decode points at context 1024: 1000 x 32 x 128 spans 4.2e9 K elements, which
+    crashed the H200 sweep with an illegal memory access; 500 x 32 x 128 (2.1e9) stays below 2^31."""
+    monkeypatch.setattr(flex, "find_spec", lambda name: object())  # as if triton were installed
+    p = point("decode", num_tokens=tokens, context="1024", dim=128, shape=shape)
+    reason = FLEX.supports(p, "unified", torch.device("cuda"))
+    assert (reason is not None and "int32 offsets" in reason) == refused, reason
+    assert FLEX.supports(p, "unified", CPU) is None or "int32" not in FLEX.supports(p, "unified", CPU)
+
+
 def test_flex_is_registered_available_and_declares_what_it_can_do():
     assert REGISTRY["flex"] is not None and REGISTRY["flex"].unavailable_reason() is None
     assert REGISTRY["flex"].library() == ("torch", torch.__version__)

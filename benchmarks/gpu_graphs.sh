@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Issue 11 on an H200: e2e CUDA graph modes on real models. Parts, run in the order given, each
+# step under a limit:
+#   waitfa2   wait for FA2's JIT warm-up started by gpu_warm.sh's warm_start (vllm-fa3 needs none)
+#   tests     the graph GPU tests: verify's replays, full and piecewise e2e against eager, and
+#             scenarios/graph-bug-naive.toml (naive must give MISMATCH, safe must pass)
+#   floor     benchmarks/e2e_floor.py: llama-7b batch-1 decode step vs the weight-read floor, and
+#             the 32-token prefill step vs the decode step under --cudagraph full
+#   grid      the seed's e2e grid (llama-7b, 32/128 and 512/32, batch $GRID_BATCHES) under each of
+#             $MODES (default decode piecewise full)
+#   chunked   scenarios/chunked-prefill-e2e.toml (batch $CHUNK_BATCHES) on llama-3-8b and llama-7b under $MODES
+# Backend: $GRAPH_BACKEND (default vllm-fa2). --warmup 1 --iters 3 per row: the ratios within a
+# run are what to read. From the repo root, carrying .device:
+#   source .device/bootstrap.sh && OUT=$OUT bash benchmarks/gpu_graphs.sh tests floor grid chunked
+set -u
+OUT=${OUT:-$PWD/gpu-graphs}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+start=$SECONDS
+SUMMARY=$OUT/summary.txt
+touch "$SUMMARY"
+source "$(dirname "${BASH_SOURCE[0]}")/step.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_warm.sh"
+BACKEND=${GRAPH_BACKEND:-vllm-fa2}
+MODES=${MODES:-decode piecewise full}
+RUNS=(--warmup 1 --iters 3)
+
+for part in "$@"; do
+  case $part in
+    waitfa2) warm_wait fa2 ;;
+    tests)
+      step graph-tests 300 python3 -m pytest -q -rs -s -p no:cacheprovider tests/test_e2e_graphs.py \
+        tests/test_e2e_piecewise.py tests/test_graphsafe.py -k OnTheGPU
+      grep -E "naive|safe" "$OUT/graph-tests.log" | grep -E "MISMATCH|non-finite|match|near-tie" | head -n 20 >> "$SUMMARY"
+      grep -E "passed|failed" "$OUT/graph-tests.log" | tail -n 1 >> "$SUMMARY" ;;
+    floor)
+      step floor 150 python3 benchmarks/e2e_floor.py --backend "$BACKEND" --out "$OUT/floor.json" --deadline-s 140
+      grep -E '^\|' "$OUT/floor.log" | tail -n 12 >> "$SUMMARY" ;;
+    grid)
+      for mode in $MODES; do
+        step "grid-$mode" "${GRID_LIMIT:-200}" python3 -m attnbench e2e --model llama-7b --backend "$BACKEND" \
+          --batch-size "${GRID_BATCHES:-1,8,32}" --cudagraph "$mode" "${RUNS[@]}" --out "$OUT/grid-$mode"
+      done ;;
+    chunked)
+      for model in llama-3-8b llama-7b; do
+        for mode in $MODES; do
+          step "chunked-$model-$mode" "${CHUNK_LIMIT:-150}" python3 -m attnbench run scenarios/chunked-prefill-e2e.toml \
+            --model "$model" --backend "$BACKEND" --batch-size "${CHUNK_BATCHES:-8}" --cudagraph "$mode" "${RUNS[@]}" \
+            --out "$OUT/chunked-$model-$mode"
+        done
+      done ;;
+    *) echo "unknown part $part (waitfa2 tests floor grid chunked)" ;;
+  esac
+done
+
+# side by side: each run's rows (p50 request latency, step times, graphs) and agreement verdicts
+for dir in "$OUT"/grid-* "$OUT"/chunked-*; do
+  [ -f "$dir/results.csv" ] || continue
+  python3 - "$dir" >> "$SUMMARY" 2>&1 <<'PY'
+import sys
+from pathlib import Path
+import pandas as pd
+d = Path(sys.argv[1])
+df = pd.read_csv(d / "results.csv")
+cols = [c for c in ("input_len", "output_len", "batch_size", "strategy", "cudagraph", "request_p50_s",
+                    "prefill_step_p50_ms", "mixed_step_p50_ms", "decode_step_p50_ms", "graphs", "graph_mem_mb",
+                    "agreement", "verdict") if c in df]
+print(f"== {d.name}: {len(df)} rows, verdicts {df.verdict.value_counts().to_dict()}")
+print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+bad = df[df.verdict != "pass"]
+if len(bad):
+    print(bad[["input_len", "batch_size", "strategy", "reason"]].to_string(index=False))
+PY
+done
+echo "== total $((SECONDS - start))s" >> "$SUMMARY"
