@@ -9,6 +9,7 @@
 #   seed      the seed's 9-point decode table with vllm-fa2, vllm-fa3, flashinfer and flex (unified, split),
 #             each point in a worker process (--isolate): a point that kills its CUDA context costs that point
 #   mixed     scenarios/mixed-families.toml: mixed batches, 32/8 x 128 and 12 x 64, every backend x strategy
+#             ($MIXED_ARGS: overrides, e.g. "--context 8192 --shapes 12x64,32/8x128")
 #   balanced  scenarios/pod-balanced.toml: prefill part and decode part of comparable time, fused vs the rest
 #   e2e       e2e llama-3-8b 512/32 batch 8 --chunk-size 256 on flashinfer unified / split / fused
 #   tests     the FlashInfer GPU tests (every strategy vs the float32 reference, POD's gathers and routes)
@@ -38,8 +39,8 @@ for part in "$@"; do
       step seed-families 300 python3 -m attnbench run scenarios/seed-kernel-table.toml \
         --backend vllm-fa2,vllm-fa3,flashinfer,flex "${FAST[@]}" --isolate --point-timeout 150 --out "$OUT/seed-families" ;;
     mixed)
-      step mixed-families 420 python3 -m attnbench run scenarios/mixed-families.toml "${FAST[@]}" \
-        --out "$OUT/mixed-families" ;;
+      step mixed-families "${MIXED_LIMIT:-420}" python3 -m attnbench run scenarios/mixed-families.toml "${FAST[@]}" \
+        ${MIXED_ARGS:-} --out "$OUT/mixed-families" ;;
     balanced)
       step pod-balanced 150 python3 -m attnbench run scenarios/pod-balanced.toml "${FAST[@]}" --out "$OUT/pod-balanced" ;;
     e2e)

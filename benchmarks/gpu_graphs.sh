@@ -8,7 +8,8 @@
 #             the 32-token prefill step vs the decode step under --cudagraph full
 #   grid      the seed's e2e grid (llama-7b, 32/128 and 512/32, batch $GRID_BATCHES) under each of
 #             $MODES (default decode piecewise full)
-#   chunked   scenarios/chunked-prefill-e2e.toml (batch $CHUNK_BATCHES) on llama-3-8b and llama-7b under $MODES
+#   chunked   scenarios/chunked-prefill-e2e.toml (batch $CHUNK_BATCHES) on $CHUNK_MODELS (default llama-3-8b
+#             llama-7b; llama-7b with prompts of 2048 and 4032) under $MODES
 # Backend: $GRAPH_BACKEND (default vllm-fa2). --warmup 1 --iters 3 per row: the ratios within a
 # run are what to read. From the repo root, carrying .device:
 #   source .device/bootstrap.sh && OUT=$OUT bash benchmarks/gpu_graphs.sh tests floor grid chunked
@@ -42,11 +43,13 @@ for part in "$@"; do
           --batch-size "${GRID_BATCHES:-1,8,32}" --cudagraph "$mode" "${RUNS[@]}" --out "$OUT/grid-$mode"
       done ;;
     chunked)
-      for model in llama-3-8b llama-7b; do
+      for model in ${CHUNK_MODELS:-llama-3-8b llama-7b}; do
+        lens=()  # llama-7b has 4096 positions: its longer prompt leaves room for the 64 outputs
+        [ "$model" = llama-7b ] && lens=(--input-len 2048,4032)
         for mode in $MODES; do
           step "chunked-$model-$mode" "${CHUNK_LIMIT:-150}" python3 -m attnbench run scenarios/chunked-prefill-e2e.toml \
-            --model "$model" --backend "$BACKEND" --batch-size "${CHUNK_BATCHES:-8}" --cudagraph "$mode" "${RUNS[@]}" \
-            --out "$OUT/chunked-$model-$mode"
+            --model "$model" "${lens[@]}" --backend "$BACKEND" --batch-size "${CHUNK_BATCHES:-8}" --cudagraph "$mode" \
+            "${RUNS[@]}" --out "$OUT/chunked-$model-$mode"
         done
       done ;;
     *) echo "unknown part $part (waitfa2 tests floor grid chunked)" ;;

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from bad_input_cli import E2E, KERNEL, SETTINGS, assert_one_error_line, invoke
 from hypothesis import given
@@ -85,10 +86,26 @@ def test_an_e2e_run_must_fit_in_the_memory_available(monkeypatch, tmp_path):
 
 
 def test_check_refuses_a_scenario_that_cannot_fit_here(monkeypatch):
-    monkeypatch.setattr(kernel_plan, "available_host_bytes", lambda: 2**30)
+    monkeypatch.setattr(kernel_plan, "available_host_bytes", lambda: 2**20)
     line = assert_one_error_line(invoke("run", "scenarios/decode-gqa.toml", "--check", "--device", "cpu",
                                         "--mode", "eager"))
-    assert "decode-gqa.toml" in line and "1.0 GiB available" in line
+    assert "decode-gqa.toml" in line and "0.0 GiB available" in line
+
+
+def test_points_that_cannot_fit_beside_ones_that_do_are_skipped_rows(monkeypatch, tmp_path):
+    """A sweep is refused only when none of its points fits; a point too big is a `skipped` row
+    saying how much it needs, and the points that fit are measured."""
+    sizes = {n: kernel_plan.host_bytes(kernel_plan.build_points(kernel_plan.KernelArgs(
+        shapes=[(4, 32)], tokens=[n], kinds=["decode"], context="32"))[0]) for n in (8, 4096)}
+    monkeypatch.setattr(kernel_plan, "available_host_bytes", lambda: sizes[8] * 4)
+    assert sizes[4096] * 1.2 > sizes[8] * 4
+    result = invoke(*[a if a != "8" else "8,4096" for a in KERNEL], "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    rows = pd.read_csv(tmp_path / "run" / "results.csv")
+    big = rows[rows["num_tokens"] == 4096]
+    assert list(big["verdict"]) == ["skipped"] and "GiB on the CPU" in big["reason"].iloc[0]
+    assert set(rows[rows["num_tokens"] == 8]["verdict"]) == {"pass"}
+    assert "cannot fit here" in " ".join(result.output.split())
 
 
 INT_RANGES = {"--kv-heads": (1, MAX_HEADS), "--block-size": (16, MAX_BLOCK_SIZE), "--spec-k": (1, MAX_SPEC_K),

@@ -49,7 +49,16 @@ def test_each_step_kind_picks_its_bucket(batch, unified, split):
     for strategy, want in (("unified", unified), ("split", split)):
         b = full_bucket(strategy, batch, SEQS, TOKENS, max_blocks_per_seq=4, block_size=16)
         assert (b.max_decode_seqs, b.max_prefill_seqs, b.max_tokens) == want, strategy
-        assert b.max_query_len == b.max_tokens and b.max_seqlen_k == 64  # the safe upper bounds
+        assert b.max_seqlen_k == 64  # the safe upper bound
+        # unified decode-only steps: max_seqlen_q 1 (FA2's decode path); every other bucket: its tokens
+        assert b.max_query_len == (1 if strategy == "unified" and all(batch.is_decode) else b.max_tokens)
+
+
+def test_unified_decode_steps_and_mixed_steps_of_as_many_tokens_replay_different_graphs():
+    decode = full_bucket("unified", Batch((1,) * 4, (9, 20, 5, 7), (True,) * 4), SEQS, TOKENS, 4, 16)
+    mixed = full_bucket("unified", Batch((1, 1, 1, 1), (9, 20, 5, 1), (True, True, True, False)), SEQS, TOKENS, 4, 16)
+    assert (decode.max_tokens, decode.max_seqs) == (mixed.max_tokens, mixed.max_seqs) == (4, 4)
+    assert (decode.max_query_len, mixed.max_query_len) == (1, 4) and decode != mixed
 
 
 def _mixed_step(engine: Engine):
@@ -221,7 +230,7 @@ class TestFullGraphsOnTheGPU:
     @pytest.mark.parametrize("policy", ["naive", "safe"])
     def test_the_naive_scenario_shows_the_seed_bug_and_safe_fixes_it(self, backend, policy, tmp_path):
         """scenarios/graph-bug-naive.toml: naive's unified rows of the second point disagree with eager
-        (MISMATCH or non-finite), so those rows fail; under safe every row passes and agrees."""
+        (MISMATCH or non-finite), so those rows fail, on FA2; under safe every row passes and agrees."""
         out = tmp_path / policy
         result = CliRunner().invoke(app, ["run", str(SCENARIOS / "graph-bug-naive.toml"), "--backend", backend,
                                           "--graph-policy", policy, "--out", str(out)])
@@ -232,4 +241,6 @@ class TestFullGraphsOnTheGPU:
             assert (df["verdict"] == "pass").all() and set(df["agreement"]) <= {"match", "near-tie"}, df
             return
         second = df[(df["input_len"] == 240) & (df["strategy"] == "unified")]
+        if backend != "vllm-fa2" and not set(second["agreement"]) & set(FAILING):  # FA2 is the one seen to break
+            pytest.skip(f"{backend} unified survived the naive policy on this schedule too (vllm-fa3 did on the H200)")
         assert set(second["agreement"]) <= set(FAILING) and len(second) == 1 and (second["verdict"] == "fail").all()

@@ -128,6 +128,10 @@ def test_each_mode_says_what_runs():
     assert mode == "full" and "decode CUDA graphs (buckets 1,2,4)" in note and "run piecewise" in note
     assert "pure-decode batches only" in note
     assert "every step replays a CUDA graph" in graph_mode("vllm-fa2", CUDA, False, 4, "full")[1]
+    # flex: no captured graph replays another batch (graph_replay "none"): eager, piecewise under full
+    for cudagraph, want in (("decode", "none"), ("full", "piecewise"), ("piecewise", "piecewise")):
+        mode, note = graph_mode("flex", CUDA, False, 4, cudagraph, n_layer=2)
+        assert mode == want and ("graph_replay='none'" in note) == (cudagraph != "piecewise"), (cudagraph, note)
 
 
 def test_piecewise_rows_record_mode_graphs_and_the_eager_check(monkeypatch):

@@ -76,7 +76,9 @@ def replay(plan, buffers, md, batch: Batch, table: torch.Tensor) -> float:
 
 def test_the_declared_capability():
     assert FlashInferBackend.graph_replay == "decode-only" and FlashInferBABackend.graph_replay == "decode-only"
-    assert all(REGISTRY[name].graph_replay == "any" for name in ("vllm-fa2", "vllm-fa3", "flex"))
+    assert all(REGISTRY[name].graph_replay == "any" for name in ("vllm-fa2", "vllm-fa3"))
+    assert REGISTRY["flex"].graph_replay == "none" and "batch it was captured on" in REGISTRY["flex"].graph_replay_refusal(
+        decode(5, 9))
     fi = FlashInferBackend(FakeFlashInfer())
     assert fi.graph_replay_refusal(decode(5, 9)) is None
     assert "graph_replay='decode-only'" in fi.graph_replay_refusal(CASES["decode -> mixed"].replay)

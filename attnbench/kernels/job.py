@@ -29,7 +29,7 @@ from attnbench.device import device_name, select
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.interrupts import SignalReceived, interrupted, signals_raise
 from attnbench.kernels.plan import KernelArgs, check_measured, plan_sweep
-from attnbench.kernels.sweep import SweepPlan, run_sweep
+from attnbench.kernels.sweep import SweepPlan, point_row, run_sweep
 from attnbench.kernels.workload import SweepPoint
 from attnbench.results import files, rundir
 from attnbench.results.env import collect
@@ -76,7 +76,8 @@ def shard_text(env: dict) -> str:
 
 
 def without(plan: SweepPlan, done: set[tuple[str, ...]]) -> SweepPlan:
-    return replace(plan, points=tuple(p for p in plan.points if point_key(p.key()) not in done))
+    return replace(plan, points=tuple(p for p in plan.points if point_key(p.key()) not in done),
+                   unfit=tuple(u for u in plan.unfit if point_key(u[0].key()) not in done))
 
 
 def run_env(command: list[str], args: KernelArgs, plan: SweepPlan) -> dict:
@@ -177,6 +178,8 @@ def sweep_into(write: Callable[[list[dict]], None], plan: SweepPlan, gpu_name: s
     out_dir/telemetry.csv (None: rows are annotated, no file is written)."""
     pending: list[dict] = []
     names = [d["device"] for d in devices] if devices else [device_label(plan.device)]
+    if plan.unfit:  # points too big for this device: a skipped row each, before anything runs
+        write([{**point_row(plan, point, gpu_name, "skipped", why), "device": names[0]} for point, why in plan.unfit])
 
     with progress(console) as bar:
         task = bar.add_task("kernel sweep", total=len(plan.points))

@@ -8,8 +8,9 @@ defaults are the GPU's, and backend availability and free memory are not looked 
 Refused up front, each naming its flag: unknown names, a value listed twice, sizes out of range
 (workload.MAX_*), timing flags that are not finite or out of range, a `--shard` that is not I/N
 or gets no point, `--devices` that do not exist here or are GPUs of different models, and a
-largest point that cannot fit in free GPU memory or, on the CPU, in the memory the machine has
-available. A sharded plan holds its shard's points only.
+sweep none of whose points fits in free GPU memory or, on the CPU, in the memory the machine has
+available (points that do not fit, beside ones that do, become `skipped` rows: SweepPlan.unfit).
+A sharded plan holds its shard's points only.
 """
 
 from __future__ import annotations
@@ -138,39 +139,34 @@ def check_timing(budget_ms, rel_spread) -> None:
                          f"got {rel_spread}")
 
 
-def check_fits(points: list[SweepPoint], device: torch.device) -> None:
-    """Refuse up front a sweep whose largest point cannot fit where it will run (a CUDA OOM or a
-    MemoryError midway, or the machine swapping, is the alternative)."""
+def check_fits(points: list[SweepPoint], device: torch.device,
+               available: int | None = None) -> list[tuple[SweepPoint, str]]:
+    """(point, why) for each point that cannot fit where it will run (a CUDA OOM or a MemoryError
+    midway, or the machine swapping, is the alternative): those become `skipped` rows and the rest
+    run. A sweep none of whose points fits is refused, naming its largest point."""
     if device.type == "cuda":
-        check_device_memory(points, device)
+        free = torch.cuda.mem_get_info(device)[0] if available is None else available
+        need, where = device_need, f"{free / GiB:.1f} GiB free"
     else:
-        check_host_memory(points)
+        free = available_host_bytes() if available is None else available
+        if free is None:
+            return []
+        need, where = lambda p: int(host_bytes(p) * 1.2), f"{free / GiB:.1f} GiB available"  # 20 %: torch's own
+    unfit = [(p, f"needs ~{need(p) / GiB:.1f} GiB{'' if device.type == 'cuda' else ' on the CPU'}, {where}")
+             for p in points if need(p) > free]
+    if len(unfit) == len(points):
+        worst = max(points, key=need)
+        flags = "--tokens/--context" if device.type == "cuda" else "--tokens/--context/--heads/--dim"
+        raise UsageError(f"{flags}: the largest point ({worst.kind}, {worst.num_tokens} tokens, "
+                         f"{worst.num_heads}x{worst.head_dim}, context {worst.context}) {dict(unfit)[worst]}")
+    return unfit
 
 
-def check_device_memory(points: list[SweepPoint], device: torch.device) -> None:
-    worst = max(points, key=input_bytes)
-    # inputs + the float32 reference output + bf16 outputs of two strategies, with 20 % headroom
-    batch = build_batch(worst)
-    need = input_bytes(worst, batch) + batch.num_tokens * worst.num_heads * worst.head_dim * 8
-    need = int(need * 1.2)
-    free, _ = torch.cuda.mem_get_info(device)
-    if need > free:
-        raise UsageError(
-            f"--tokens/--context: the largest point ({worst.kind}, {worst.num_tokens} tokens, "
-            f"{worst.num_heads}x{worst.head_dim}) needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free")
-
-
-def check_host_memory(points: list[SweepPoint], available: int | None = None) -> None:
-    available = available_host_bytes() if available is None else available
-    if available is None:
-        return
-    worst = max(points, key=host_bytes)
-    need = int(host_bytes(worst) * 1.2)  # 20 % headroom: the allocator, torch's own buffers
-    if need > available:
-        raise UsageError(
-            f"--tokens/--context/--heads/--dim: the largest point ({worst.kind}, {worst.num_tokens} tokens, "
-            f"{worst.num_heads}x{worst.head_dim}, context {worst.context}) needs ~{need / GiB:.1f} GiB on the CPU, "
-            f"{available / GiB:.1f} GiB available")
+def device_need(point: SweepPoint) -> int:
+    """Device bytes a point takes: inputs + the float32 reference output + bf16 outputs of two
+    strategies, with 20 % headroom."""
+    batch = build_batch(point)
+    return int((input_bytes(point, batch) + batch.num_tokens * point.num_heads * point.head_dim * 8) * 1.2)
 
 
 def build_points(args: KernelArgs) -> list[SweepPoint]:
@@ -256,9 +252,14 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
             reasons = [get_backend(name).supports(p, s, device) for p in points for s in args.strategies]
             if all(reasons):
                 raise UsageError(reasons[0] if reasons[0].startswith("--") else f"--backend: {name}: {reasons[0]}")
-    check_fits(points, device)
+    unfit = check_fits(points, device)
+    if unfit:
+        points = [p for p in points if all(p is not q for q, _ in unfit)]
 
     notices = []
+    if unfit:
+        notices.append(f"{len(unfit)} point(s) cannot fit here (the largest {max(unfit, key=lambda u: u[0].num_tokens)[1]})"
+                       ": their rows are `skipped` with the reason.")
     if on_cpu and scaled:
         notices.append(f"CPU defaults: {' '.join(scaled)} (pass them to choose).")
     if on_cpu and args.backends is None:
@@ -274,7 +275,7 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
                           warmup_ms=0.0 if on_cpu else 25.0, min_samples=3 if on_cpu else 10)
     return SweepPlan(tuple(points), tuple(backends), tuple(args.strategies), tuple(modes), timing, str(device),
                      notices=tuple(notices), isolate=args.isolate, point_timeout_s=float(point_timeout),
-                     replicates=replicates)
+                     replicates=replicates, unfit=tuple(unfit))
 
 
 def check_measured(verdicts: dict[str, int], out_dir: Path) -> None:

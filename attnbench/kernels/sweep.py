@@ -62,6 +62,7 @@ class SweepPlan:
     isolate: bool = False  # run each point in a worker process (attnbench.workers.isolated)
     point_timeout_s: float = 600.0  # the worker's watchdog: longest silence before a point is a timeout
     replicates: int = 1  # each row measured this many times, on fresh inputs, plan and graph
+    unfit: tuple[tuple[SweepPoint, str], ...] = ()  # points left out (too big here) and why: `skipped` rows
 
 
 OOM_MARKERS = ("OutOfMemoryError", "out of memory", "CUBLAS_STATUS_ALLOC_FAILED")

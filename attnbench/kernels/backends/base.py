@@ -33,6 +33,10 @@ replayed on another batch that fits the bucket; is the result right? One of GRAP
   such batches, as vLLM does on Hopper (FlashInferMetadataBuilder.get_cudagraph_support:
   UNIFORM_SINGLE_TOKEN_DECODE unless TRT-LLM attention serves every layer). Other batches run
   eagerly (the e2e full-graph mode) or are reported `unsupported` (verify).
+- "none": never; a graph replays only the batch it was captured on (`kernel --mode graph`). flex's
+  plan builds its BlockMask (the pages each query tile reads) on the host from the batch, so a
+  replay on another batch reads the capture batch's pages: verify, emulated on the CPU, failed
+  every safe case. e2e runs such a backend's attention eagerly (piecewise under `full`).
 Replaying the capture batch itself (`kernel --mode graph`) needs only `graph_safe`.
 """
 
@@ -47,7 +51,7 @@ import torch
 from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
 from attnbench.kernels.workload import DEFAULT_STRATEGIES, Batch, SweepPoint
 
-GRAPH_REPLAYS = ("any", "decode-only")  # Backend.graph_replay's values (the module docstring says what each means)
+GRAPH_REPLAYS = ("any", "decode-only", "none")  # Backend.graph_replay's values (the module docstring says what each means)
 
 
 # one kernel launch: reads q (or its 4-D view) and the paged caches, writes into out
@@ -154,6 +158,9 @@ class Backend(ABC):
     def graph_replay_refusal(self, batch: Batch) -> str | None:
         """None when a graph this backend captured on another batch of the bucket may be replayed
         on `batch` (and one captured on `batch` replayed on others), else why not (graph_replay)."""
+        if self.graph_replay == "none":
+            return (f"{self.name} replays a captured graph on the batch it was captured on only (graph_replay='none': "
+                    "its plan bakes that batch's page lists into the kernel's inputs)")
         if self.graph_replay == "any" or (all(batch.is_decode) and set(batch.query_lens) <= {1}):
             return None
         prefill = batch.num_seqs - batch.num_decode_seqs

@@ -214,6 +214,7 @@ class FlexBackend(Backend):
     description = "torch FlexAttention, BlockMask over the paged cache (compiled on CUDA, eager on CPU)"
     strategies = ("unified", "split")
     graph_safe = True  # CUDA: compiled at plan time, the call then only launches kernels
+    graph_replay = "none"  # base.py: the BlockMask is the plan's batch's; a graph replays that batch only
     dtypes = ("bfloat16", "float16")
     opt_in = True  # every new shape compiles (1-4 s on an H200): a default sweep would pay it per point
 
