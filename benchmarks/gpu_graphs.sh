@@ -2,7 +2,8 @@
 # Issue 11 on an H200: e2e CUDA graph modes on real models. Parts, run in the order given, each
 # step under a limit:
 #   waitfa2   wait for FA2's JIT warm-up started by gpu_warm.sh's warm_start (vllm-fa3 needs none)
-#   tests     the graph GPU tests: verify's replays, full and piecewise e2e against eager, and
+#   tests     the graph GPU tests: verify's replays, full and piecewise e2e against eager, the e2e
+#             GPU tests (their CLI run takes the default mode), and
 #             scenarios/graph-bug-naive.toml (naive must give MISMATCH, safe must pass)
 #   floor     benchmarks/e2e_floor.py: llama-7b batch-1 decode step vs the weight-read floor, and
 #             the 32-token prefill step vs the decode step under --cudagraph full
@@ -31,7 +32,7 @@ for part in "$@"; do
     waitfa2) warm_wait fa2 ;;
     tests)
       step graph-tests 300 python3 -m pytest -q -rs -s -p no:cacheprovider tests/test_e2e_graphs.py \
-        tests/test_e2e_piecewise.py tests/test_graphsafe.py -k OnTheGPU
+        tests/test_e2e_piecewise.py tests/test_graphsafe.py tests/test_e2e.py -k "OnTheGPU or TestGPU"
       grep -E "naive|safe" "$OUT/graph-tests.log" | grep -E "MISMATCH|non-finite|match|near-tie" | head -n 20 >> "$SUMMARY"
       grep -E "passed|failed" "$OUT/graph-tests.log" | tail -n 1 >> "$SUMMARY" ;;
     floor)

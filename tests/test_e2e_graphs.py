@@ -154,7 +154,9 @@ def invoke(*args: str):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--graph-policy", "naive"], "--graph-policy naive: only with --cudagraph full"),
+    (["--graph-policy", "naive", "--cudagraph", "decode"], "--graph-policy naive: only with --cudagraph full"),
+    (["--graph-policy", "naive", "--eager"], "--graph-policy naive: only with --cudagraph full"),
+    (["--eager", "--cudagraph", "decode"], "--eager is --cudagraph none"),
     (["--cudagraph", "fast"], "--cudagraph: unknown mode 'fast'"),
     (["--eager", "--cudagraph", "piecewise"], "--eager is --cudagraph none"),
     (["--cudagraph", "piecewise", "--graph-policy", "naive"], "--graph-policy naive: only with --cudagraph full"),

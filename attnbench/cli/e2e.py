@@ -25,7 +25,7 @@ def e2e(
     strategy: Annotated[str, typer.Option(help="Attention strategies. Example: --strategy unified,split")] = "unified,split",
     backend: Annotated[Optional[str], typer.Option(help="Attention backends (default: every available kernel backend; reference on CPU). Example: --backend vllm-fa2")] = None,
     eager: Annotated[bool, typer.Option(help="No CUDA graphs: the same as --cudagraph none. Example: --eager")] = False,
-    cudagraph: Annotated[str, typer.Option(help="CUDA graph mode: none (eager), decode (decode steps replay graphs, prefill and mixed steps eager), piecewise (every step replays graphs of everything but attention, n_layer + 1 per token bucket, attention eager in between, as vLLM V1's PIECEWISE), full (every step replays a graph, buckets over tokens and sequences; a backend whose graphs replay on decode batches only runs its prefill and mixed steps piecewise). Graphs of piecewise and full are captured on first use in the untimed check run. On the CPU, or a backend that cannot be captured (decode, full), rows fall back to none with a note. Example: --cudagraph piecewise")] = "decode",
+    cudagraph: Annotated[Optional[str], typer.Option(help="CUDA graph mode: none (eager), decode (decode steps replay graphs, prefill and mixed steps eager), piecewise (every step replays graphs of everything but attention, n_layer + 1 per token bucket, attention eager in between, as vLLM V1's PIECEWISE), full (every step replays a graph, buckets over tokens and sequences; a backend whose graphs replay on decode batches only runs its prefill and mixed steps piecewise). Graphs of piecewise and full are captured on first use in the untimed check run. On the CPU, or a backend that cannot be captured (decode, full), rows fall back to none with a note. Default: full. Example: --cudagraph decode")] = None,
     graph_policy: Annotated[str, typer.Option(help="With --cudagraph full: safe (static max_seqlen upper bounds, padded cu_seqlens) or naive (metadata as it comes: the seed's graph bug, which the agreement check should call MISMATCH). Example: --cudagraph full --graph-policy naive")] = "safe",
     dtype: Annotated[str, typer.Option(help="bf16 or fp16. Example: --dtype fp16")] = "bf16",
     block_size: Annotated[int, typer.Option(help="KV cache block size, a multiple of 16. Example: --block-size 32")] = 16,
@@ -45,7 +45,7 @@ def e2e(
     prefill/decode step times, tokens/s, and greedy-token agreement between the runs.
 
     Default: the seed's table, llama-7b with random weights, input/output 32/128 and 512/32 x batch
-    1-32, CUDA graphs on.
+    1-32, every step replayed from CUDA graphs (--cudagraph full).
 
     Examples: attnbench e2e --model llama-7b;
     attnbench e2e --model qwen-14b --input-len 512 --output-len 32 --chunk-size 256;

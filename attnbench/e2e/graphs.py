@@ -54,6 +54,7 @@ from attnbench.kernels.metadata import build_metadata
 from attnbench.kernels.workload import Batch
 
 CUDAGRAPH_MODES = BUILT_MODES = ("none", "decode", "piecewise", "full")
+DEFAULT_CUDAGRAPH = "full"  # decode until full was run on the H200 (issue 11); runs from before record decode
 GRAPH_NOTE = "decode steps replay CUDA graphs (buckets {buckets}); prefill and mixed steps run eagerly"
 FULL_NOTE = "every step replays a CUDA graph ({policy} policy; buckets over tokens and sequences, captured on first use)"
 DECODE_ONLY_NOTE = ("decode steps replay decode CUDA graphs (buckets {buckets}); prefill and mixed steps run piecewise "
@@ -73,9 +74,9 @@ def graph_buckets(max_num_seqs: int) -> list[int]:
 
 def check_cudagraph(args) -> None:
     """--cudagraph / --eager / --graph-policy of runner.E2EArgs, each refusal one line."""
-    if args.cudagraph not in CUDAGRAPH_MODES:
+    if args.cudagraph is not None and args.cudagraph not in CUDAGRAPH_MODES:
         raise UsageError(f"--cudagraph: unknown mode {args.cudagraph!r}; choose from {', '.join(CUDAGRAPH_MODES)}")
-    if args.eager and args.cudagraph not in ("decode", "none"):
+    if args.eager and args.cudagraph not in (None, "none"):
         raise UsageError(f"--eager is --cudagraph none: it cannot be combined with --cudagraph {args.cudagraph}")
     if args.graph_policy not in POLICIES:
         raise UsageError(f"--graph-policy: unknown policy {args.graph_policy!r}; choose from {', '.join(POLICIES)}")
@@ -85,11 +86,11 @@ def check_cudagraph(args) -> None:
 
 
 def cudagraph_of(args) -> str:
-    """The requested mode: --cudagraph, or none under --eager."""
-    return "none" if args.eager else args.cudagraph
+    """The requested mode: --cudagraph (DEFAULT_CUDAGRAPH when not given), or none under --eager."""
+    return "none" if args.eager else args.cudagraph or DEFAULT_CUDAGRAPH
 
 
-def graph_mode(backend: str, device: torch.device, eager: bool, max_num_seqs: int, cudagraph: str = "decode",
+def graph_mode(backend: str, device: torch.device, eager: bool, max_num_seqs: int, cudagraph: str = DEFAULT_CUDAGRAPH,
                graph_policy: str = "safe", n_layer: int = 0) -> tuple[str, str]:
     """The CUDA graph mode a backend's rows run in (none, decode, piecewise, full) and why; a mode
     that cannot run here falls back to none, with the reason recorded. Piecewise never captures

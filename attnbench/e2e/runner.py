@@ -54,7 +54,7 @@ class E2EArgs:
     strategies: list[str] = DEFAULT_STRATEGIES
     backends: list[str] | None = None
     eager: bool = False  # the same as cudagraph="none"
-    cudagraph: str = "decode"  # --cudagraph none|decode|piecewise|full (graphs.CUDAGRAPH_MODES)
+    cudagraph: str | None = None  # --cudagraph none|decode|piecewise|full; None: graphs.DEFAULT_CUDAGRAPH
     graph_policy: str = "safe"  # --graph-policy: how full graphs take metadata (graphsafe.POLICIES)
     dtype: str = "bf16"
     block_size: int = 16
