@@ -5,12 +5,21 @@ prefill and decode rows of one batch in a single persistent kernel: its planner 
 request's KV into work items and spreads them over one CTA pair per SM (scheduler.cuh
 TwoStageHolisticPlan), where BatchPrefill schedules query tiles. Everything else (paged index
 arrays, workspaces, wrapper reuse, re-planning) is the `flashinfer` backend's.
+
+Its limit: with 0.6.6 on the H200 it returned wrong output (relative L2 error 0.2-1.3 against the
+float32 reference) once the paged K cache spanned more than 2^32 elements (pages x page size x KV
+heads x head dim), and right output below, whatever the mix: decode batches of 12 x 64 at context
+8192 passed with 680 sequences (4.28e9 elements) and failed with 700 (4.40e9); at context 4096,
+1300 passed and 1400 failed; 8 KV heads x 128 mixed batches at context 8192 passed with 500
+decode rows (4.20e9) and failed with 900. An unsigned 32-bit element offset would do exactly that.
+Such points are skipped with that reason, rather than measured and failed.
 """
 
 from __future__ import annotations
 
 import torch
 
+from attnbench.errors import AttnbenchError
 from attnbench.kernels.backends.flashinfer import FlashInferBackend
 from attnbench.kernels.backends.flashinfer_common import (
     Part,
@@ -18,8 +27,18 @@ from attnbench.kernels.backends.flashinfer_common import (
     paged_kv_arrays,
 )
 from attnbench.kernels.inputs import torch_dtype
-from attnbench.kernels.metadata import VarlenMetadata
-from attnbench.kernels.workload import SweepPoint
+from attnbench.kernels.metadata import VarlenMetadata, num_cache_blocks
+from attnbench.kernels.workload import SweepPoint, build_batch
+
+CACHE_ELEMENTS_SEEN_RIGHT = 2**32  # the module docstring: past it, BatchAttention 0.6.6 was wrong on the H200
+
+
+def cache_too_big(elements: int) -> str | None:
+    """Why BatchAttention should not read a K cache of this many elements, or None."""
+    if elements <= CACHE_ELEMENTS_SEEN_RIGHT:
+        return None
+    return (f"flashinfer-ba: the paged cache spans {elements:,} K elements, past 2^32; BatchAttention (0.6.6) "
+            "returned wrong output past it on the H200 (relative L2 error 0.2-1.3)")
 
 
 class FlashInferBABackend(FlashInferBackend):
@@ -39,6 +58,13 @@ class FlashInferBABackend(FlashInferBackend):
         reason = super().unavailable_reason()
         if reason is None and not hasattr(self.fi(), "BatchAttention"):
             return f"flashinfer {library_version(self.fi())} has no BatchAttention"
+        return reason
+
+    def supports(self, point: SweepPoint, strategy: str, device: torch.device) -> str | None:
+        reason = super().supports(point, strategy, device)
+        if reason is None:
+            blocks = num_cache_blocks(build_batch(point), point.block_size)
+            reason = cache_too_big(blocks * point.block_size * point.num_kv_heads * point.head_dim)
         return reason
 
     def unified_part(self, point: SweepPoint, md: VarlenMetadata, graph: bool) -> Part:
@@ -61,6 +87,8 @@ class FlashInferBABackend(FlashInferBackend):
         wrapper, lease = self.planned("ba", (), device, make, lambda w: plan(w, md))
 
         def launch(q, k_cache, v_cache, out):
+            if (reason := cache_too_big(k_cache.numel())) is not None:  # e2e: the engine's cache, not a point's
+                raise AttnbenchError(reason)
             wrapper.run(q, (k_cache, v_cache), out=out, lse=lse)
 
         try:  # HolisticPlanInfo starts with num_blks_x, num_blks_y (scheduler.cuh)
