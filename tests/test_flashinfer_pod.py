@@ -227,3 +227,11 @@ class TestPodOnTheGPU:
         check = check_output(out, ref, p.dtype)
         assert check["verdict"] == "pass", (check["reason"], plan.details)
         assert plan.details["fi_pod_extra_prefills"] == len(prefills[0]) - 1
+
+
+def test_pod_is_timed_eagerly_only_and_the_others_under_graphs():
+    """0.6.6's POD zeroes its scheduler counters outside any graph (pod.cuh): a replay after the
+    first does none of the work, so `kernel --mode graph` skips fused with that reason."""
+    backend = FlashInferBackend(FakeFlashInfer())
+    assert "cudaMemset on the legacy stream" in backend.graph_refusal("fused")
+    assert backend.graph_refusal("unified") is None and backend.graph_refusal("split") is None

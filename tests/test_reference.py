@@ -10,7 +10,7 @@ from attnbench.kernels.backends.reference import ReferenceBackend, reference_att
 from attnbench.kernels.inputs import make_inputs
 from attnbench.kernels.metadata import build_metadata
 from attnbench.kernels.check import REL_L2_TOLERANCE as TOLERANCE
-from attnbench.kernels.check import check_output
+from attnbench.kernels.check import check_output, check_twice
 from attnbench.kernels.workload import KINDS, SweepPoint
 
 # (heads, kv heads, dim, block size, causal, query lens, kv lens)
@@ -121,3 +121,19 @@ def test_check_fails_any_non_finite_element(bad):
     check = check_output(out, ref, "bfloat16")
     assert check["verdict"] == "fail"
     assert "NaN/inf" in check["reason"]
+
+
+def test_a_launch_that_works_only_once_fails_its_check():
+    """FlashInfer 0.6.6's POD replayed from a CUDA graph: the first run wrote the output, later runs
+    wrote nothing. One poisoned check would have passed; the second poisoned run catches it."""
+    ref = torch.randn(8, 4, 16)
+    out = torch.empty_like(ref)
+    runs = []
+
+    def once():
+        if not runs:
+            out.copy_(ref)
+        runs.append(1)
+    check = check_twice(once, out, ref, "bfloat16")
+    assert check["verdict"] == "fail" and check["reason"].startswith("on a second run: output has NaN/inf")
+    assert check_twice(lambda: out.copy_(ref), out, ref, "bfloat16")["verdict"] == "pass"

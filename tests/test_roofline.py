@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from attnbench.kernels import roofline
-from attnbench.kernels.workload import Batch, SweepPoint
+from attnbench.kernels.workload import Batch, SweepPoint, build_batch
 
 POINT = SweepPoint(kind="mixed", num_tokens=4, num_heads=4, num_kv_heads=2, head_dim=16)
 # two decode tokens on 10 and 3 keys, one 2-token chunk on 5 keys
@@ -62,3 +62,18 @@ def test_peaks_are_found_by_the_device_name(name, source):
 
 def test_a_gpu_not_in_the_table_gets_no_peak():
     assert roofline.peak_for("NVIDIA L40") is None
+
+
+def test_a_timing_faster_than_the_hardware_is_implausible():
+    """The H200's POD-under-graphs rows: 1000 mixed tokens of 32/8 x 128 at context 1024 (2.1 GB
+    that must come from memory) in 0.0257 ms; split's 0.528 ms on the same point is plausible."""
+    point = SweepPoint("mixed", 1000, 32, 128, 8, context="1024")
+    batch = build_batch(point)
+    why = roofline.implausible(point, batch, 0.0257, "NVIDIA H200")
+    assert why and "of the peak bandwidth" in why and "did not do the work" in why
+    assert roofline.implausible(point, batch, 0.528, "NVIDIA H200") is None
+    assert roofline.implausible(point, batch, 0.0257, "Some GPU") is None  # no peak to hold it to
+    small = SweepPoint("decode", 10, 4, 64, context="256")  # 2.6 MB: an L2 can serve it faster than HBM
+    assert roofline.implausible(small, build_batch(small), 1e-4, "NVIDIA H200") is None
+    dense = SweepPoint("prefill", 4096, 32, 128, context="1024")  # compute floor: no cache helps
+    assert "peak FLOP rate" in roofline.implausible(dense, build_batch(dense), 1e-3, "NVIDIA H200")

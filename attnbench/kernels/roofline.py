@@ -13,6 +13,8 @@ import re
 from attnbench.kernels.workload import Batch, SweepPoint
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2}
+PLAUSIBLE_PCT = 110.0  # of a datasheet peak: boost clocks and rounding, not more
+FROM_MEMORY_BYTES = 512e6  # more than any GPU's L2 holds: that many bytes come from HBM at least once
 
 # name substring -> (dense bf16 TFLOP/s, memory TB/s, source)
 PEAKS: dict[str, tuple[float, float, str]] = {
@@ -74,3 +76,23 @@ def rates(point: SweepPoint, batch: Batch, median_ms: float, gpu_name: str | Non
         row["pct_of_peak"] = 100.0 * floor_s / seconds
         row["peak_source"] = source
     return row
+
+
+def implausible(point: SweepPoint, batch: Batch, median_ms: float, gpu_name: str | None) -> str | None:
+    """Why a timing cannot be of a call that did the work, or None: faster than the dense peak FLOP
+    rate allows, or than peak bandwidth allows for bytes no L2 holds. On the H200, FlashInfer
+    0.6.6's POD replayed from a CUDA graph timed at 1716 % of peak bandwidth (it did none of the
+    work after its first run); a row like that is a failed row, not a fast one."""
+    peak = peak_for(gpu_name) if gpu_name else None
+    if not peak or median_ms <= 0:
+        return None
+    tflops_peak, tbps_peak, source = peak
+    seconds, f, b = median_ms / 1e3, flops(point, batch), min_bytes(point, batch)
+    compute_pct, memory_pct = 100 * f / (tflops_peak * 1e12) / seconds, 100 * b / (tbps_peak * 1e12) / seconds
+    if compute_pct > PLAUSIBLE_PCT:
+        return (f"implausible timing: {median_ms:.4g} ms is {compute_pct:.0f} % of the peak FLOP rate ({source}) for "
+                f"{f / 1e9:.3g} GFLOP: the timed call did not do the work")
+    if b > FROM_MEMORY_BYTES and memory_pct > PLAUSIBLE_PCT:
+        return (f"implausible timing: {median_ms:.4g} ms is {memory_pct:.0f} % of the peak bandwidth ({source}) for "
+                f"{b / 1e6:.0f} MB that must come from memory: the timed call did not do the work")
+    return None

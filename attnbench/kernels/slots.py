@@ -28,7 +28,7 @@ class Slot:
         if self.final is not None:
             return self.final
         rep = Replicated(self.timings)
-        return {
+        row = {
             **self.row, **worst_check(self.checks),
             "median_ms": rep.median_ms, "p10_ms": rep.quantile(0.10), "p90_ms": rep.quantile(0.90),
             "samples": len(rep.samples_ms), "converged": rep.converged,
@@ -39,6 +39,10 @@ class Slot:
             "samples_ms": " ".join(f"{s:.6g}" for s in rep.samples_ms), "_window": (self.window[0], self.window[1]),
             **roofline.rates(point, batch, rep.median_ms, gpu_name),
         }
+        why = roofline.implausible(point, batch, rep.median_ms, gpu_name)
+        if why and row["verdict"] == "pass":  # right output, but not from the timed calls
+            row.update(verdict="fail", reason=why)
+        return row
 
 
 def _cell(values: list, fmt: str) -> str:

@@ -155,6 +155,10 @@ class Backend(ABC):
             return f"--strategy: {self.name} has no {strategy} strategy (it has {', '.join(self.strategies)})"
         return None
 
+    def graph_refusal(self, strategy: str) -> str | None:
+        """Why `strategy` cannot be timed as a captured CUDA graph (`kernel --mode graph`), or None."""
+        return None if self.graph_safe else f"{self.name} cannot be captured in a CUDA graph"
+
     def graph_replay_refusal(self, batch: Batch) -> str | None:
         """None when a graph this backend captured on another batch of the bucket may be replayed
         on `batch` (and one captured on `batch` replayed on others), else why not (graph_replay)."""

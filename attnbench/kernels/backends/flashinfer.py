@@ -61,7 +61,7 @@ from attnbench.kernels.backends.flashinfer_common import (
     plan_info_details,
     refresher,
 )
-from attnbench.kernels.backends.flashinfer_pod import fused_refusal, plan_static_kv, pod_parts
+from attnbench.kernels.backends.flashinfer_pod import GRAPH_REFUSAL, fused_refusal, plan_static_kv, pod_parts
 from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
 from attnbench.kernels.workload import SweepPoint, build_batch
@@ -113,6 +113,9 @@ class FlashInferBackend(Backend):
 
     def needs_cuda(self) -> bool:
         return self._library is None
+
+    def graph_refusal(self, strategy: str) -> str | None:
+        return GRAPH_REFUSAL if strategy == "fused" else super().graph_refusal(strategy)
 
     def supports(self, point: SweepPoint, strategy: str, device: torch.device) -> str | None:
         reason = super().supports(point, strategy, device)

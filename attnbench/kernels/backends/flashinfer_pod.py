@@ -59,6 +59,10 @@ from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
 from attnbench.kernels.workload import SweepPoint
 
+GRAPH_REFUSAL = ("fused: FlashInfer's POD (0.6.6, include/flashinfer/attention/pod.cuh) zeroes its CTA-scheduler "
+                 "counters with a cudaMemset on the legacy stream before each launch, which a captured graph does not "
+                 "replay: on the H200 every replay after the first did none of the work (0.026 ms against split's "
+                 "0.53 ms, 1716 % of peak bandwidth) and left the first run's output; POD is timed eagerly")
 POD_MAX_GROUP = 16  # csrc/pod.cu's decode CTA_TILE_Q: the planner's tile for groups of up to 16
 GATHER_REPEATS = 5  # timed gathers behind fi_pod_gather_us (their median)
 IN_LAUNCH_KERNELS = "2 index_select (prefill K/V pages to contiguous) + 2 copies (POD's outputs to out)"
