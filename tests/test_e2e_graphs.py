@@ -20,10 +20,10 @@ from attnbench.cli import flags, scenario
 from attnbench.cli.main import app
 from attnbench.e2e.attention import PagedAttention
 from attnbench.e2e.engine import Engine
-from attnbench.e2e.graphs import FullGraphs, full_bucket, pad_step, token_buckets
+from attnbench.e2e.graphs import FullGraphs, cudagraph_of, full_bucket, pad_step, token_buckets
 from attnbench.e2e.model import ModelArgs, random_model
 from attnbench.e2e.report import FAILING, compare_generations
-from attnbench.e2e.runner import ModelEngines, length_pairs
+from attnbench.e2e.runner import E2EArgs, ModelEngines, length_pairs
 from attnbench.e2e.scheduler import Sequence, make_prompts, schedule
 from attnbench.kernels.graphsafe import static_buffers, write_batch
 from attnbench.kernels.metadata import build_metadata
@@ -246,3 +246,8 @@ class TestFullGraphsOnTheGPU:
         if backend != "vllm-fa2" and not set(second["agreement"]) & set(FAILING):  # FA2 is the one seen to break
             pytest.skip(f"{backend} unified survived the naive policy on this schedule too (vllm-fa3 did on the H200)")
         assert set(second["agreement"]) <= set(FAILING) and len(second) == 1 and (second["verdict"] == "fail").all()
+
+
+def test_the_default_mode_is_full_and_decode_under_tensor_parallelism():
+    assert cudagraph_of(E2EArgs()) == "full" and cudagraph_of(E2EArgs(tp=2)) == "decode"
+    assert cudagraph_of(E2EArgs(tp=2, cudagraph="full")) == "full" and cudagraph_of(E2EArgs(eager=True)) == "none"
