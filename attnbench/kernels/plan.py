@@ -258,8 +258,9 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
 
     notices = []
     if unfit:
-        notices.append(f"{len(unfit)} point(s) cannot fit here (the largest {max(unfit, key=lambda u: u[0].num_tokens)[1]})"
-                       ": their rows are `skipped` with the reason.")
+        point, why = unfit[0]
+        notices.append(f"{len(unfit)} point(s) cannot fit here (the first: {point.kind}, {point.num_tokens} tokens, "
+                       f"{point.num_heads}x{point.head_dim}, {why}): their rows are `skipped` with the reason.")
     if on_cpu and scaled:
         notices.append(f"CPU defaults: {' '.join(scaled)} (pass them to choose).")
     if on_cpu and args.backends is None:
