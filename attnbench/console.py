@@ -37,24 +37,32 @@ def default_out_dir(device_name: str, command: str) -> Path:
 
 def print_seed_table(console: Console, df) -> None:
     """The seed-shaped table; columns that hold one value for the whole run go to the title."""
-    from attnbench.results.files import format_cell, seed_table
+    from attnbench.results.files import seed_table
 
     table = seed_table(df)
     if table.empty:
         console.print("[yellow]no measured rows[/]")
         return
-    constant = [c for c in ("backend", "mode", "l2", "kind", "prefix ratio", "decode share", "decode seqs")
-                if c in table and table[c].nunique() == 1]
+    print_titled(console, table, ("backend", "mode", "l2", "kind", "prefix ratio", "decode share", "decode seqs"),
+                 "{title} (<strategy> / unified > 1: unified is faster)")
+    print_run_notes(console, df)
+
+
+def print_titled(console: Console, table, constant_candidates: tuple[str, ...], caption: str) -> None:
+    """`table` as a rich table whose title (`caption`, formatted with `title`) says once what its
+    columns would repeat: the candidates holding one value, a single decode share or count of the
+    mixed rows; kv heads are left out where they equal the heads."""
+    from attnbench.results.files import format_cell
+
+    constant = [c for c in constant_candidates if c in table and table[c].nunique() == 1]
     if (table["kv heads"] == table["heads"]).all():
         table = table.drop(columns="kv heads")
     title = ", ".join(f"{c} {table[c].iloc[0]}" for c in constant)
     table, mixed = mixed_to_title(table.drop(columns=constant))
-    title = ", ".join(p for p in (title, mixed) if p)
-    rich_table = Table(*table.columns, title=f"{title} (<strategy> / unified > 1: unified is faster)")
+    rich_table = Table(*table.columns, title=caption.format(title=", ".join(p for p in (title, mixed) if p)))
     for row in table.itertuples(index=False):
         rich_table.add_row(*(format_cell(col, v) for col, v in zip(table.columns, row)))
     console.print(rich_table)
-    print_run_notes(console, df)
 
 
 def mixed_to_title(table):
@@ -72,24 +80,15 @@ def mixed_to_title(table):
 def print_fusion_table(console: Console, df) -> None:
     """Fused over the best of the others, with the parts timed alone (results/fusion.py), the
     columns summary.md adds left out; nothing without a passing fused row."""
-    from attnbench.results.files import format_cell
     from attnbench.results.fusion import fusion_table
 
     table = fusion_table(df)
     if table.empty:
         return
     table = table.drop(columns=[c for c in table if c.endswith(" ms") and "alone" not in c])
-    constant = [c for c in ("mode", "l2", "kind", "context") if table[c].nunique() == 1]
-    if (table["kv heads"] == table["heads"]).all():
-        table = table.drop(columns="kv heads")
-    title = ", ".join(f"{c} {table[c].iloc[0]}" for c in constant)
-    table, mixed = mixed_to_title(table.drop(columns=constant))
-    rich_table = Table(*table.columns, title=f"{', '.join(p for p in (title, mixed) if p)}: fused / best of the "
-                                             "others (< 1: fused is faster); each part timed alone "
-                                             "(prefill / decode near 1: balanced)")
-    for row in table.itertuples(index=False):
-        rich_table.add_row(*(format_cell(col, v) for col, v in zip(table.columns, row)))
-    console.print(rich_table)
+    print_titled(console, table, ("mode", "l2", "kind", "context"),
+                 "{title}: fused / best of the others (< 1: fused is faster); each part timed alone "
+                 "(prefill / decode near 1: balanced)")
 
 
 def print_run_notes(console: Console, df) -> None:

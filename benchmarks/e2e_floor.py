@@ -47,13 +47,19 @@ def copy_bandwidth_gbs(device: torch.device, gib: float = 2.0, reps: int = 20) -
     return 2 * src.numel() * reps / (start.elapsed_time(end) / 1e3) / 1e9
 
 
-def attnbench_run(runner: ModelEngines, backend: str, strategy: str, prompt: list[int], output_len: int, warmup: int,
-                  iters: int) -> dict:
-    engine = runner.engine(backend, strategy, graphs=True)
+def measured(engine, prompt: list[int], output_len: int, warmup: int, iters: int):
+    """The untimed check run (it records logits, and captures graphs made on first use), the warm-up
+    runs, then the measured runs' metrics: (check, metrics)."""
     check = engine.generate([prompt], output_len, record_logits=True)
     for _ in range(warmup):
         engine.generate([prompt], output_len)
-    runs = [engine.generate([prompt], output_len) for _ in range(iters)]
+    return check, run_metrics([engine.generate([prompt], output_len) for _ in range(iters)], 1, output_len)
+
+
+def attnbench_run(runner: ModelEngines, backend: str, strategy: str, prompt: list[int], output_len: int, warmup: int,
+                  iters: int) -> dict:
+    engine = runner.engine(backend, strategy, graphs=True)
+    check, metrics = measured(engine, prompt, output_len, warmup, iters)
     graph = engine.graphs[1]
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -61,7 +67,7 @@ def attnbench_run(runner: ModelEngines, backend: str, strategy: str, prompt: lis
         graph.replay()
     end.record()
     torch.cuda.synchronize()
-    return {**run_metrics(runs, 1, output_len), "graph_replay_ms": start.elapsed_time(end) / 50,
+    return {**metrics, "graph_replay_ms": start.elapsed_time(end) / 50,
             "tokens": check.tokens[0], "first_logits": check.logits[0, 0].float()}
 
 
@@ -69,10 +75,7 @@ def full_graph_steps(runner: ModelEngines, backend: str, strategy: str, prompt: 
                      warmup: int, iters: int) -> dict:
     """Under full graphs: the p50 prefill step and decode step (CUDA events around each replay)."""
     engine = runner.engine(backend, strategy, "full")
-    engine.generate([prompt], output_len)  # captures each bucket on first use, untimed
-    for _ in range(warmup):
-        engine.generate([prompt], output_len)
-    m = run_metrics([engine.generate([prompt], output_len) for _ in range(iters)], 1, output_len)
+    m = measured(engine, prompt, output_len, warmup, iters)[1]
     return {"prefill_step_ms": m["prefill_step_p50_ms"], "decode_step_ms": m["decode_step_p50_ms"],
             "prefill_over_decode": m["prefill_step_p50_ms"] / m["decode_step_p50_ms"], "graphs": engine.graph_stats()[0]}
 

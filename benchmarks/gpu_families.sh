@@ -18,14 +18,9 @@
 # warm_flashinfer.py):
 #   source .device/bootstrap.sh && source .device-fi/bootstrap_fi.sh && OUT=$OUT bash benchmarks/gpu_families.sh warm wait seed
 set -u
-OUT=${OUT:-$PWD/gpu-families}
-mkdir -p "$OUT"
-[ -n "${FLASHINFER_WORKSPACE_BASE:-}" ] || source .device-fi/bootstrap_fi.sh
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-start=$SECONDS
-SUMMARY=$OUT/summary.txt
-touch "$SUMMARY"
 source "$(dirname "${BASH_SOURCE[0]}")/step.sh"
+script_start gpu-families
+[ -n "${FLASHINFER_WORKSPACE_BASE:-}" ] || source .device-fi/bootstrap_fi.sh
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_warm.sh"
 FAST=(--replicates 1 --budget-ms 100)
 

@@ -15,13 +15,8 @@
 # run are what to read. From the repo root, carrying .device:
 #   source .device/bootstrap.sh && OUT=$OUT bash benchmarks/gpu_graphs.sh tests floor grid chunked
 set -u
-OUT=${OUT:-$PWD/gpu-graphs}
-mkdir -p "$OUT"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-start=$SECONDS
-SUMMARY=$OUT/summary.txt
-touch "$SUMMARY"
 source "$(dirname "${BASH_SOURCE[0]}")/step.sh"
+script_start gpu-graphs
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_warm.sh"
 BACKEND=${GRAPH_BACKEND:-vllm-fa2}
 MODES=${MODES:-decode piecewise full}

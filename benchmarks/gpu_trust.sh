@@ -6,13 +6,9 @@
 #      small kernel run, its telemetry source and per-row clock columns.
 # From the repo root, carrying .device:  source .device/bootstrap.sh && OUT=$OUT bash benchmarks/gpu_trust.sh
 set -u
-OUT=${OUT:-$PWD/gpu-trust}
-mkdir -p "$OUT"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-start=$SECONDS
-SUMMARY=$OUT/summary.txt
-: > "$SUMMARY"
 source "$(dirname "${BASH_SOURCE[0]}")/step.sh"
+script_start gpu-trust
+: > "$SUMMARY"
 
 parts=" ${*:-aa smi} "
 if [[ $parts == *" aa "* ]]; then

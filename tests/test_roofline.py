@@ -67,13 +67,14 @@ def test_a_gpu_not_in_the_table_gets_no_peak():
 def test_a_timing_faster_than_the_hardware_is_implausible():
     """The H200's POD-under-graphs rows: 1000 mixed tokens of 32/8 x 128 at context 1024 (2.1 GB
     that must come from memory) in 0.0257 ms; split's 0.528 ms on the same point is plausible."""
+    def implausible(point, ms, gpu):
+        return roofline.implausible(roofline.rates(point, build_batch(point), ms, gpu), ms, gpu)
     point = SweepPoint("mixed", 1000, 32, 128, 8, context="1024")
-    batch = build_batch(point)
-    why = roofline.implausible(point, batch, 0.0257, "NVIDIA H200")
+    why = implausible(point, 0.0257, "NVIDIA H200")
     assert why and "of the peak bandwidth" in why and "did not do the work" in why
-    assert roofline.implausible(point, batch, 0.528, "NVIDIA H200") is None
-    assert roofline.implausible(point, batch, 0.0257, "Some GPU") is None  # no peak to hold it to
+    assert implausible(point, 0.528, "NVIDIA H200") is None
+    assert implausible(point, 0.0257, "Some GPU") is None  # no peak to hold it to
     small = SweepPoint("decode", 10, 4, 64, context="256")  # 2.6 MB: an L2 can serve it faster than HBM
-    assert roofline.implausible(small, build_batch(small), 1e-4, "NVIDIA H200") is None
+    assert implausible(small, 1e-4, "NVIDIA H200") is None
     dense = SweepPoint("prefill", 4096, 32, 128, context="1024")  # compute floor: no cache helps
-    assert "peak FLOP rate" in roofline.implausible(dense, build_batch(dense), 1e-3, "NVIDIA H200")
+    assert "peak FLOP rate" in implausible(dense, 1e-3, "NVIDIA H200")

@@ -31,8 +31,8 @@ from typing import Callable
 import torch
 
 from attnbench.e2e.attention import PagedAttention
-from attnbench.e2e.graphmem import capture, pool_bytes
-from attnbench.e2e.graphs import BUILT_MODES, GRAPH_NOTE, graph_buckets  # noqa: F401 (re-exported)
+from attnbench.e2e.graphmem import capture, graph_mode_name, pool_bytes
+from attnbench.e2e.graphs import CUDAGRAPH_MODES, graph_buckets
 from attnbench.e2e.piecewise import step_graphs
 from attnbench.e2e.model import ModelArgs, Transformer
 from attnbench.e2e.scheduler import KVCache, Sequence, schedule
@@ -94,9 +94,9 @@ class Engine:
         self.cuda = self.device.type == "cuda"
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.graph_mem_bytes = 0
-        mode = {False: "none", True: "decode"}.get(graphs, graphs)
-        if mode not in BUILT_MODES:
-            raise AttnbenchError(f"CUDA graph mode {mode!r} is not built; choose from {', '.join(BUILT_MODES)}")
+        mode = graph_mode_name(graphs)
+        if mode not in CUDAGRAPH_MODES:
+            raise AttnbenchError(f"CUDA graph mode {mode!r} is not built; choose from {', '.join(CUDAGRAPH_MODES)}")
         self.full, self.piecewise = step_graphs(self, mode, graph_policy, emulate)
         if mode == "decode" or (mode == "full" and self.full is None):  # full on a decode-only backend
             self.capture()

@@ -6,13 +6,18 @@ allocator's cache on entry, and tensors freed between the two readings (the prev
 activations) are released with it, so the difference can be negative (-18 MB for a tiny model's
 full graphs on the H200). The allocator's snapshot names the pool that owns each segment; the
 graphs' pool is what they keep for as long as they live. Static input and output buffers live in
-the default pool and are not counted."""
+the default pool and are not counted.
+
+CapturedGraphs is what full graphs (graphs.py) and piecewise graphs (piecewise.py) share: one pool,
+its bytes, and the seconds spent capturing (a capture made inside a step is not its host time)."""
 
 from __future__ import annotations
 
 from typing import Callable
 
 import torch
+
+from attnbench.errors import AttnbenchError
 
 
 def pool_bytes(pool, device: torch.device | str) -> int:
@@ -38,3 +43,36 @@ def capture(fn: Callable[[], object], pool) -> tuple[torch.cuda.CUDAGraph, objec
     with torch.cuda.graph(graph, pool, capture_error_mode=mode):
         fn()
     return graph, pool or graph.pool()
+
+
+def graph_mode_name(graphs: bool | str) -> str:
+    """An engine's graph mode from what callers pass: False / "none", True / "decode", or a mode name."""
+    return {False: "none", True: "decode"}.get(graphs, graphs)
+
+
+class CapturedGraphs:
+    """Graphs an engine captures on first use into one private pool. `emulate` (tests on the CPU,
+    no CUDA graphs): a "replay" runs the captured function again."""
+
+    def __init__(self, engine, emulate: bool = False):
+        if not engine.cuda and not emulate:
+            raise AttnbenchError("CUDA graphs need a CUDA device")
+        self.engine, self.emulate = engine, emulate
+        self.pool = None
+        self.mem_bytes = 0  # the pool's segments, after the last capture
+        self.capture_s = 0.0  # seconds spent in _capture, buffers and planning included
+
+    def capture_all(self, fns: list[Callable[[], object]]) -> list[Callable[[], object]]:
+        """Each fn run once, in order (warm-up: lazy initialisation and compilation stay out of the
+        graphs), then captured, in order, into this pool; their replays."""
+        for fn in fns:
+            fn()
+        if self.emulate:
+            return list(fns)
+        replays = []
+        for fn in fns:
+            graph, self.pool = capture(fn, self.pool)
+            replays.append(graph.replay)
+        torch.cuda.synchronize(self.engine.device)
+        self.mem_bytes = pool_bytes(self.pool, self.engine.device)
+        return replays

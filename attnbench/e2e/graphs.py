@@ -43,8 +43,7 @@ from typing import Callable
 
 import torch
 
-from attnbench.e2e.graphmem import capture, pool_bytes
-
+from attnbench.e2e.graphmem import CapturedGraphs
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.backends.base import Plan
@@ -53,7 +52,7 @@ from attnbench.kernels.graphsafe import (POLICIES, Bucket, Buffers, Metadata, pl
 from attnbench.kernels.metadata import build_metadata
 from attnbench.kernels.workload import Batch
 
-CUDAGRAPH_MODES = BUILT_MODES = ("none", "decode", "piecewise", "full")
+CUDAGRAPH_MODES = ("none", "decode", "piecewise", "full")
 DEFAULT_CUDAGRAPH = "full"  # decode until full was run on the H200 (issue 11); runs from before record decode
 TP_DEFAULT_CUDAGRAPH = "decode"  # --tp N ran on two H200s with decode graphs only; full under TP is opt-in
 GRAPH_NOTE = "decode steps replay CUDA graphs (buckets {buckets}); prefill and mixed steps run eagerly"
@@ -106,18 +105,18 @@ def graph_mode(backend: str, device: torch.device, eager: bool, max_num_seqs: in
     segments = n_layer + 1 if n_layer else "n_layer + 1"
     if cudagraph == "piecewise":
         return "piecewise", PIECEWISE_NOTE.format(segments=segments)
-    if not get_backend(backend).graph_safe:
+    kernels, buckets = get_backend(backend), ",".join(map(str, graph_buckets(max_num_seqs)))
+    if not kernels.graph_safe:
         return "none", f"eager: the {backend} backend cannot be captured in a CUDA graph"
-    if get_backend(backend).graph_replay == "none":  # no graph of it replays another batch (base.py)
+    if kernels.graph_replay == "none":  # no graph of it replays another batch (base.py)
         if cudagraph == "full":
             return "piecewise", PIECEWISE_NOTE.format(segments=segments) + NO_REPLAY_NOTE.format(backend=backend)
         return "none", "eager" + NO_REPLAY_NOTE.format(backend=backend)
     if cudagraph == "full":
-        if get_backend(backend).graph_replay == "decode-only":  # piecewise.step_graphs
-            return "full", DECODE_ONLY_NOTE.format(buckets=",".join(map(str, graph_buckets(max_num_seqs))),
-                                                   segments=segments, backend=backend)
+        if kernels.graph_replay == "decode-only":  # piecewise.step_graphs
+            return "full", DECODE_ONLY_NOTE.format(buckets=buckets, segments=segments, backend=backend)
         return "full", FULL_NOTE.format(policy=graph_policy)
-    return "decode", GRAPH_NOTE.format(buckets=",".join(map(str, graph_buckets(max_num_seqs))))
+    return "decode", GRAPH_NOTE.format(buckets=buckets)
 
 
 def token_buckets(max_tokens: int) -> list[int]:
@@ -186,7 +185,7 @@ class _Graph:
     replay: Callable[[], None]
 
 
-class FullGraphs:
+class FullGraphs(CapturedGraphs):
     """One engine's full-step graphs, by bucket. `emulate` (tests on the CPU, no CUDA graphs): a
     "replay" re-runs the forward on the static buffers with the plan made at capture, which models
     a replay for backends whose launches read the metadata tensors when they run. `engine`: the
@@ -195,16 +194,12 @@ class FullGraphs:
     def __init__(self, engine, policy: str = "safe", emulate: bool = False):
         if policy not in POLICIES:
             raise AttnbenchError(f"unknown graph policy {policy!r}; choose from {', '.join(POLICIES)}")
-        if not engine.cuda and not emulate:
-            raise AttnbenchError("CUDA graphs need a CUDA device")
-        self.engine, self.policy, self.emulate = engine, policy, emulate
+        super().__init__(engine, emulate)
+        self.policy = policy
         self.seq_buckets = graph_buckets(engine.max_num_seqs)
         self.tok_buckets = token_buckets(min(engine.token_budget, engine.max_num_seqs * engine.max_model_len))
         self.max_blocks = math.ceil(engine.max_model_len / engine.cache.block_size)
         self.graphs: dict[Bucket, _Graph] = {}
-        self.pool = None
-        self.mem_bytes = 0
-        self.capture_s = 0.0
 
     @property
     def num_graphs(self) -> int:
@@ -247,16 +242,10 @@ class FullGraphs:
         logits = torch.empty((seqs, e.model.args.vocab_size), dtype=e.model.tok_embeddings.dtype, device=e.device)
 
         def forward() -> None:
-            e.attn.bind(plan, slots)  # the capture batch's rows are all padding: K/V go to the scratch slot
+            e.attn.bind(plan, slots)  # host only; the capture batch's rows are all padding: K/V to the scratch slot
             logits.copy_(e.model(ids, pos, e.attn, indices))
 
-        forward()  # warm-up: lazy initialisation stays out of the graph
-        replay = forward
-        if not self.emulate:
-            graph, self.pool = capture(lambda: logits.copy_(e.model(ids, pos, e.attn, indices)), self.pool)
-            replay = graph.replay
-            torch.cuda.synchronize(e.device)
-            self.mem_bytes = pool_bytes(self.pool, e.device)  # graphmem.py: why not memory_reserved
+        replay, = self.capture_all([forward])
         self.graphs[bucket] = _Graph(buffers, plan, ids, pos, slots, indices, logits, replay)
         self.capture_s += time.perf_counter() - start
         return self.graphs[bucket]

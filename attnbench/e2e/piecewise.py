@@ -42,9 +42,8 @@ from typing import Callable
 
 import torch
 
-from attnbench.e2e.graphmem import capture, pool_bytes
+from attnbench.e2e.graphmem import CapturedGraphs
 from attnbench.e2e.graphs import FullGraphs, round_up, token_buckets
-from attnbench.errors import AttnbenchError
 from attnbench.kernels.metadata import build_metadata
 
 
@@ -65,19 +64,14 @@ class _Static:
     logits: torch.Tensor  # [min(tokens, max_num_seqs), vocab]
 
 
-class PiecewiseGraphs:
+class PiecewiseGraphs(CapturedGraphs):
     """One engine's piecewise graphs, by token bucket. `engine`: the engine.Engine that owns them
     (engine.py imports this module, so its types are not named here)."""
 
     def __init__(self, engine, emulate: bool = False):
-        if not engine.cuda and not emulate:
-            raise AttnbenchError("CUDA graphs need a CUDA device")
-        self.engine, self.emulate = engine, emulate
+        super().__init__(engine, emulate)
         self.tok_buckets = token_buckets(min(engine.token_budget, engine.max_num_seqs * engine.max_model_len))
         self.graphs: dict[int, tuple[_Static, list[Callable[[], None]]]] = {}  # bucket -> buffers, segment replays
-        self.pool = None
-        self.mem_bytes = 0
-        self.capture_s = 0.0
 
     @property
     def num_graphs(self) -> int:
@@ -146,20 +140,9 @@ class PiecewiseGraphs:
 
     @torch.inference_mode()
     def _capture(self, tokens: int) -> tuple[_Static, list[Callable[[], None]]]:
-        e, start = self.engine, time.perf_counter()
+        start = time.perf_counter()
         s = self._buffers(tokens)
-        segments = self._segments(s)
-        for segment in segments:  # warm-up, in order: lazy initialisation and compilation stay out of the graphs
-            segment()
-        replays = segments
-        if not self.emulate:
-            replays = []
-            for segment in segments:
-                graph, self.pool = capture(segment, self.pool)
-                replays.append(graph.replay)
-            torch.cuda.synchronize(e.device)
-            self.mem_bytes = pool_bytes(self.pool, e.device)  # graphmem.py: why not memory_reserved
-        self.graphs[tokens] = s, replays
+        self.graphs[tokens] = s, self.capture_all(self._segments(s))
         self.capture_s += time.perf_counter() - start
         return self.graphs[tokens]
 

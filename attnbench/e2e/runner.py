@@ -19,6 +19,7 @@ import torch
 from attnbench.e2e.attention import PagedAttention
 from attnbench.e2e.checkpoint import load_hf_checkpoint, read_hf_config
 from attnbench.e2e.engine import Engine
+from attnbench.e2e.graphmem import graph_mode_name
 from attnbench.e2e.graphs import check_cudagraph
 from attnbench.e2e.model import PRESETS, ModelArgs, Transformer, fused, random_model
 from attnbench.e2e.parallel import MAX_TP, SINGLE, TensorParallel, all_reduce_outputs_, random_rank_model
@@ -181,7 +182,7 @@ class ModelEngines:
 
     def engine(self, backend: str, strategy: str, graphs: bool | str, graph_policy: str = "safe") -> Engine:
         """graphs: False / "none", True / "decode", "piecewise" or "full" (Engine's)."""
-        mode = {False: "none", True: "decode"}.get(graphs, graphs)
+        mode = graph_mode_name(graphs)
         key = (backend, strategy, mode, graph_policy if mode == "full" else "")
         if key not in self.engines:
             attn = PagedAttention(get_backend(backend), strategy, self.point, self.cache.k, self.cache.v)

@@ -83,6 +83,12 @@ def available_host_bytes() -> int | None:
     return max(0, min(found))
 
 
+def cache_elements(point: SweepPoint, batch: Batch | None = None) -> int:
+    """Elements of the paged K cache a point's inputs hold (pages x page size x KV heads x head dim)."""
+    blocks = num_cache_blocks(batch or build_batch(point), point.block_size)
+    return blocks * point.block_size * point.num_kv_heads * point.head_dim
+
+
 def make_inputs(point: SweepPoint, device: torch.device | str) -> Inputs:
     batch = build_batch(point)
     device = torch.device(device)

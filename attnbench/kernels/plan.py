@@ -152,13 +152,14 @@ def check_fits(points: list[SweepPoint], device: torch.device,
         if free is None:
             return []
         need, where = lambda p: int(host_bytes(p) * 1.2), f"{free / GiB:.1f} GiB available"  # 20 %: torch's own
-    unfit = [(p, f"needs ~{need(p) / GiB:.1f} GiB{'' if device.type == 'cuda' else ' on the CPU'}, {where}")
-             for p in points if need(p) > free]
+    needs = [need(p) for p in points]
+    unfit = [(p, f"needs ~{n / GiB:.1f} GiB{'' if device.type == 'cuda' else ' on the CPU'}, {where}")
+             for p, n in zip(points, needs) if n > free]
     if len(unfit) == len(points):
-        worst = max(points, key=need)
+        worst, why = unfit[needs.index(max(needs))]
         flags = "--tokens/--context" if device.type == "cuda" else "--tokens/--context/--heads/--dim"
         raise UsageError(f"{flags}: the largest point ({worst.kind}, {worst.num_tokens} tokens, "
-                         f"{worst.num_heads}x{worst.head_dim}, context {worst.context}) {dict(unfit)[worst]}")
+                         f"{worst.num_heads}x{worst.head_dim}, context {worst.context}) {why}")
     return unfit
 
 
@@ -253,8 +254,8 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
             if all(reasons):
                 raise UsageError(reasons[0] if reasons[0].startswith("--") else f"--backend: {name}: {reasons[0]}")
     unfit = check_fits(points, device)
-    if unfit:
-        points = [p for p in points if all(p is not q for q, _ in unfit)]
+    left_out = {id(point) for point, _ in unfit}
+    points = [p for p in points if id(p) not in left_out]
 
     notices = []
     if unfit:

@@ -78,16 +78,17 @@ def rates(point: SweepPoint, batch: Batch, median_ms: float, gpu_name: str | Non
     return row
 
 
-def implausible(point: SweepPoint, batch: Batch, median_ms: float, gpu_name: str | None) -> str | None:
+def implausible(rates_row: dict, median_ms: float, gpu_name: str | None) -> str | None:
     """Why a timing cannot be of a call that did the work, or None: faster than the dense peak FLOP
-    rate allows, or than peak bandwidth allows for bytes no L2 holds. On the H200, FlashInfer
-    0.6.6's POD replayed from a CUDA graph timed at 1716 % of peak bandwidth (it did none of the
-    work after its first run); a row like that is a failed row, not a fast one."""
+    rate allows, or than peak bandwidth allows for bytes no L2 holds. `rates_row`: rates()'s cells
+    for that median (its gflop and mbytes). On the H200, FlashInfer 0.6.6's POD replayed from a CUDA
+    graph timed at 1716 % of peak bandwidth (it did none of the work after its first run); a row like
+    that is a failed row, not a fast one."""
     peak = peak_for(gpu_name) if gpu_name else None
     if not peak or median_ms <= 0:
         return None
     tflops_peak, tbps_peak, source = peak
-    seconds, f, b = median_ms / 1e3, flops(point, batch), min_bytes(point, batch)
+    seconds, f, b = median_ms / 1e3, rates_row["gflop"] * 1e9, rates_row["mbytes"] * 1e6
     compute_pct, memory_pct = 100 * f / (tflops_peak * 1e12) / seconds, 100 * b / (tbps_peak * 1e12) / seconds
     if compute_pct > PLAUSIBLE_PCT:
         return (f"implausible timing: {median_ms:.4g} ms is {compute_pct:.0f} % of the peak FLOP rate ({source}) for "

@@ -28,6 +28,7 @@ class Slot:
         if self.final is not None:
             return self.final
         rep = Replicated(self.timings)
+        rates = roofline.rates(point, batch, rep.median_ms, gpu_name)
         row = {
             **self.row, **worst_check(self.checks),
             "median_ms": rep.median_ms, "p10_ms": rep.quantile(0.10), "p90_ms": rep.quantile(0.90),
@@ -37,9 +38,9 @@ class Slot:
             "replicates": len(self.timings), "replicate_medians_ms": _cell(rep.medians_ms, "{:.6g}"),
             "replicate_samples": _cell([t.n for t in self.timings], "{}"),
             "samples_ms": " ".join(f"{s:.6g}" for s in rep.samples_ms), "_window": (self.window[0], self.window[1]),
-            **roofline.rates(point, batch, rep.median_ms, gpu_name),
+            **rates,
         }
-        why = roofline.implausible(point, batch, rep.median_ms, gpu_name)
+        why = roofline.implausible(rates, rep.median_ms, gpu_name)
         if why and row["verdict"] == "pass":  # right output, but not from the timed calls
             row.update(verdict="fail", reason=why)
         return row

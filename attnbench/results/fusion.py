@@ -15,13 +15,12 @@ import math
 
 import pandas as pd
 
-from attnbench.results.tables import markdown_table, mixed_settings, strategies_in
+from attnbench.results.tables import (COLUMN_NAMES, markdown_table, mixed_settings, strategies_in,
+                                     without_blank_mixed)
 
 FUSED = "fused"
 POINT = ["kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim", "context", "decode_share", "decode_seqs",
          "prefix_ratio"]
-NAMES = {"num_tokens": "query tokens", "num_heads": "heads", "num_kv_heads": "kv heads", "head_dim": "head dim",
-         "decode_share": "decode share", "decode_seqs": "decode seqs"}
 
 
 def fusion_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -48,8 +47,8 @@ def fusion_table(df: pd.DataFrame) -> pd.DataFrame:
                         "parts sum ms": prefill + decode, "split ms": ms.get("split", math.nan)})
     if not records:
         return pd.DataFrame()
-    table = pd.DataFrame(records).drop(columns=["prefix_ratio"], errors="ignore").rename(columns=NAMES)
-    return table.drop(columns=[c for c in ("decode share", "decode seqs") if c in table and (table[c] == "-").all()])
+    return without_blank_mixed(pd.DataFrame(records).drop(columns=["prefix_ratio"], errors="ignore")
+                               .rename(columns=COLUMN_NAMES))
 
 
 def _part(rows: pd.DataFrame, column: str) -> float:

@@ -34,12 +34,20 @@ def seed_table(df: pd.DataFrame) -> pd.DataFrame:
         for strategy in present[1:]:
             table[f"{strategy} / unified"] = ms[strategy] / ms["unified"]
     table["check"] = ok.all(axis=1).map({True: "pass", False: "FAIL"})
-    table = table.reset_index().rename(columns={
-        "num_tokens": "query tokens", "num_heads": "heads", "num_kv_heads": "kv heads", "head_dim": "head dim",
-        "prefix_ratio": "prefix ratio", "decode_share": "decode share", "decode_seqs": "decode seqs"})
+    table = table.reset_index().rename(columns=COLUMN_NAMES)
     if not (measured["kind"] == "prefix").any():
         table = table.drop(columns="prefix ratio")  # the ratio only shapes prefix batches
-    return table.drop(columns=[c for c in ("decode share", "decode seqs") if (table[c] == "-").all()])
+    return without_blank_mixed(table)
+
+
+# results.csv's point columns as the tables head them
+COLUMN_NAMES = {"num_tokens": "query tokens", "num_heads": "heads", "num_kv_heads": "kv heads", "head_dim": "head dim",
+                "prefix_ratio": "prefix ratio", "decode_share": "decode share", "decode_seqs": "decode seqs"}
+
+
+def without_blank_mixed(table: pd.DataFrame) -> pd.DataFrame:
+    """The table without a decode share or decode seqs column that is "-" on every line (no mixed row uses it)."""
+    return table.drop(columns=[c for c in ("decode share", "decode seqs") if c in table and (table[c] == "-").all()])
 
 
 def mixed_settings(rows: pd.DataFrame) -> dict[str, list[str]]:

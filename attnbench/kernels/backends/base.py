@@ -48,6 +48,7 @@ from typing import Any, Callable, ClassVar
 
 import torch
 
+from attnbench.kernels.inputs import cache_elements
 from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
 from attnbench.kernels.workload import DEFAULT_STRATEGIES, Batch, SweepPoint
 
@@ -129,6 +130,9 @@ class Backend(ABC):
     opt_in: ClassVar[bool] = False  # left out of the default backends: run only when named (--backend)
     head_dims: ClassVar[tuple[int, ...] | None] = None  # None: any
     dtypes: ClassVar[tuple[str, ...] | None] = None  # None: any
+    # the largest paged K cache (elements) its CUDA kernels read right, and why (cache_refusal); None: no limit
+    max_cache_elements: ClassVar[int | None] = None
+    cache_limit_why: ClassVar[str] = ""
 
     @abstractmethod
     def unavailable_reason(self) -> str | None:
@@ -144,7 +148,7 @@ class Backend(ABC):
 
     def supports(self, point: SweepPoint, strategy: str, device: torch.device) -> str | None:
         """None when this point can run, else the reason it can't: the declared device, head dims,
-        dtypes and strategies. Subclasses with other limits check them, then call this."""
+        dtypes, strategies and, on CUDA, cache size. Subclasses with other limits check them too."""
         if self.needs_cuda() and device.type != "cuda":
             return "runs on CUDA only"
         if self.head_dims is not None and point.head_dim not in self.head_dims:
@@ -153,7 +157,16 @@ class Backend(ABC):
             return f"--dtype: {self.name} runs {'/'.join(self.dtypes)}, not {point.dtype}"
         if strategy not in self.strategies:
             return f"--strategy: {self.name} has no {strategy} strategy (it has {', '.join(self.strategies)})"
+        if self.max_cache_elements is not None and device.type == "cuda":
+            return self.cache_refusal(cache_elements(point))
         return None
+
+    def cache_refusal(self, elements: int) -> str | None:
+        """Why the kernels cannot read a paged K cache of `elements` elements (max_cache_elements), or
+        None. supports() asks it of a sweep point's cache; a plan asks it of an engine's."""
+        if self.max_cache_elements is None or elements <= self.max_cache_elements:
+            return None
+        return f"{self.name}: the paged cache spans {elements:,} K elements, {self.cache_limit_why}"
 
     def graph_refusal(self, strategy: str) -> str | None:
         """Why `strategy` cannot be timed as a captured CUDA graph (`kernel --mode graph`), or None."""

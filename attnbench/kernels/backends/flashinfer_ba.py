@@ -27,18 +27,8 @@ from attnbench.kernels.backends.flashinfer_common import (
     paged_kv_arrays,
 )
 from attnbench.kernels.inputs import torch_dtype
-from attnbench.kernels.metadata import VarlenMetadata, num_cache_blocks
-from attnbench.kernels.workload import SweepPoint, build_batch
-
-CACHE_ELEMENTS_SEEN_RIGHT = 2**32  # the module docstring: past it, BatchAttention 0.6.6 was wrong on the H200
-
-
-def cache_too_big(elements: int) -> str | None:
-    """Why BatchAttention should not read a K cache of this many elements, or None."""
-    if elements <= CACHE_ELEMENTS_SEEN_RIGHT:
-        return None
-    return (f"flashinfer-ba: the paged cache spans {elements:,} K elements, past 2^32; BatchAttention (0.6.6) "
-            "returned wrong output past it on the H200 (relative L2 error 0.2-1.3)")
+from attnbench.kernels.metadata import VarlenMetadata
+from attnbench.kernels.workload import SweepPoint
 
 
 class FlashInferBABackend(FlashInferBackend):
@@ -53,18 +43,13 @@ class FlashInferBABackend(FlashInferBackend):
     name = "flashinfer-ba"
     description = "FlashInfer BatchAttention: one persistent kernel over the whole batch (unified)"
     strategies = ("unified",)
+    max_cache_elements = 2**32  # the module docstring: past it, BatchAttention 0.6.6 was wrong on the H200
+    cache_limit_why = "past 2^32; BatchAttention (0.6.6) returned wrong output past it on the H200 (relative L2 error 0.2-1.3)"
 
     def unavailable_reason(self) -> str | None:
         reason = super().unavailable_reason()
         if reason is None and not hasattr(self.fi(), "BatchAttention"):
             return f"flashinfer {library_version(self.fi())} has no BatchAttention"
-        return reason
-
-    def supports(self, point: SweepPoint, strategy: str, device: torch.device) -> str | None:
-        reason = super().supports(point, strategy, device)
-        if reason is None:
-            blocks = num_cache_blocks(build_batch(point), point.block_size)
-            reason = cache_too_big(blocks * point.block_size * point.num_kv_heads * point.head_dim)
         return reason
 
     def unified_part(self, point: SweepPoint, md: VarlenMetadata, graph: bool) -> Part:
@@ -79,6 +64,9 @@ class FlashInferBABackend(FlashInferBackend):
 
         def plan(wrapper, md: VarlenMetadata) -> None:
             indptr, indices, _ = paged_kv_arrays(md.seqused_k, md.block_table, point.block_size)
+            pages = int(indices.max()) + 1 if indices.numel() else 0  # the cache's extent this batch reaches
+            if reason := self.cache_refusal(pages * point.block_size * point.num_kv_heads * point.head_dim):
+                raise AttnbenchError(reason)  # e2e: a cache sized by the engine, not by a sweep point
             kv_indices[:indices.numel()].copy_(indices)
             wrapper.plan(md.cu_seqlens_q.to("cpu"), indptr, kv_indices, md.seqused_k.to("cpu", torch.int32),
                          point.num_heads, point.num_kv_heads, point.head_dim, point.head_dim, point.block_size,
@@ -87,8 +75,6 @@ class FlashInferBABackend(FlashInferBackend):
         wrapper, lease = self.planned("ba", (), device, make, lambda w: plan(w, md))
 
         def launch(q, k_cache, v_cache, out):
-            if (reason := cache_too_big(k_cache.numel())) is not None:  # e2e: the engine's cache, not a point's
-                raise AttnbenchError(reason)
             wrapper.run(q, (k_cache, v_cache), out=out, lse=lse)
 
         try:  # HolisticPlanInfo starts with num_blks_x, num_blks_y (scheduler.cuh)

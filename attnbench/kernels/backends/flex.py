@@ -51,18 +51,6 @@ from attnbench.kernels.workload import Batch, SweepPoint, build_batch
 MAX_MASK_ENTRIES = 1 << 26  # kv_indices entries of one BlockMask (int32): 256 MiB
 MAX_EAGER_BYTES = 4 << 30  # CPU eager path: its dense [B, H, q, slots] score working set
 NO_POSITION = torch.iinfo(torch.int32).max  # slot_pos of a slot no sequence owns
-INT32_ELEMENTS = 2**31  # flex's Triton kernels offset K/V pointers in int32 (pytorch#190857, vllm#50427)
-
-
-def offset_overflow(slots: int, kv_heads: int, head_dim: int) -> str | None:
-    """Why flex cannot read this cache on CUDA, or None: viewed as one [Hkv, slots, D] sequence it spans
-    slots * Hkv * D elements; past 2^31 the int32 offsets wrap (illegal access, or silently wrong rows)."""
-    elements = slots * kv_heads * head_dim
-    if elements <= INT32_ELEMENTS:
-        return None
-    return (f"flex: the paged cache spans {elements:,} K elements ({slots:,} slots x {kv_heads} x {head_dim}), past "
-            "the 2^31 that its Triton kernels' int32 offsets reach (pytorch#190857, vllm#50427); use fewer or shorter "
-            "sequences")
 
 
 def _flex():
@@ -215,6 +203,10 @@ class FlexBackend(Backend):
     strategies = ("unified", "split")
     graph_safe = True  # CUDA: compiled at plan time, the call then only launches kernels
     graph_replay = "none"  # base.py: the BlockMask is the plan's batch's; a graph replays that batch only
+    # its Triton kernels offset K/V pointers in int32 (pytorch#190857, vllm#50427): past 2^31 they wrap
+    max_cache_elements = 2**31
+    cache_limit_why = ("past the 2^31 that its Triton kernels' int32 offsets reach (pytorch#190857, vllm#50427); "
+                       "use fewer or shorter sequences")
     dtypes = ("bfloat16", "float16")
     opt_in = True  # every new shape compiles (1-4 s on an H200): a default sweep would pay it per point
 
@@ -241,8 +233,6 @@ class FlexBackend(Backend):
                     if find_spec("triton") else "flex on CUDA compiles Triton kernels; triton is not installed")
         batch = build_batch(point)
         slots = num_cache_blocks(batch, point.block_size) * point.block_size
-        if device.type == "cuda" and (overflow := offset_overflow(slots, point.num_kv_heads, point.head_dim)):
-            return overflow
         for layout, groups in _launch_shapes(point, strategy, batch):
             tiles = [tile_spans(q, kv, layout.q_block, point.block_size, point.causal, layout.pack) for q, kv in groups]
             entries = layout.batch * math.prod(_mask_shape(tiles))
@@ -282,7 +272,7 @@ class FlexBackend(Backend):
         block_mask, slots, entries = build_mask(layout, q_lens, kv_lens, block_table.tolist(), point.block_size,
                                                 point.causal, block_table.device)
         compiled = block_table.device.type == "cuda"
-        if compiled and (overflow := offset_overflow(slots, point.num_kv_heads, point.head_dim)):
+        if compiled and (overflow := self.cache_refusal(slots * point.num_kv_heads * point.head_dim)):
             raise AttnbenchError(overflow)  # e2e: a cache sized by the engine, not by a sweep point
         flex, options = (_compiled_flex(), dict(layout.kernel_options)) if compiled else (_flex()[1], None)
         compile_s, cache = self._warm(point, layout, slots, block_mask, flex) if compiled else (None, "none")
