@@ -4,6 +4,8 @@
    less than bf16 weight bytes / the device's copy bandwidth (measured here: read + write bytes of
    a 2 GiB device-to-device copy, CUDA events). Goal (issue 3): attnbench's decode step under
    CUDA graphs within 1.2x the floor.
+   The step's projections alone (its GEMVs in one graph, three ways of issuing them) show how
+   much of the step is weight reads and how much everything else.
    Under `--cudagraph full` (issue 11) every step replays a graph: the batch-1 prefill step of
    --input-len tokens against the batch-1 decode step of the same engine (goal: within 1.5x).
 2. Hugging Face transformers on the same random weights (LlamaForCausalLM from a LlamaConfig, our
@@ -45,6 +47,46 @@ def copy_bandwidth_gbs(device: torch.device, gib: float = 2.0, reps: int = 20) -
     end.record()
     torch.cuda.synchronize(device)
     return 2 * src.numel() * reps / (start.elapsed_time(end) / 1e3) / 1e9
+
+
+def projections_alone(model, floor_ms: float, reps: int = 20) -> dict:
+    """The decode step's weight reads without the rest of the step: every layer's four projections
+    and the LM head on one token, in one CUDA graph, replayed back to back (CUDA events). Three
+    ways of issuing the same matrix-vector products: F.linear as the model does (cuBLAS picks its
+    kernel), F.linear with cuBLASLt preferred, and torch.mv (cuBLAS GEMV on the weight as stored).
+    Their time is what the step cannot beat without other GEMV kernels; the step's time above it
+    is the norms, RoPE, KV writes, attention and the gaps between kernels."""
+    weights = [w for layer in model.layers for w in (layer.attention.wqkv, layer.attention.wo,
+                                                      layer.feed_forward.w13, layer.feed_forward.w2)]
+    weights.append(model.output)
+    xs = [torch.randn(1, w.shape[1], dtype=w.dtype, device=w.device) for w in weights]
+    outs = {}
+    ways = {"linear": lambda w, x: torch.nn.functional.linear(x, w), "mv": lambda w, x: torch.mv(w, x[0])}
+    for name, blas in (("linear", "cublas"), ("linear_cublaslt", "cublaslt"), ("mv", "cublas")):
+        previous = torch.backends.cuda.preferred_blas_library()
+        torch.backends.cuda.preferred_blas_library(blas)
+        try:
+            run = ways[name.split("_")[0]]
+            for w, x in zip(weights, xs):  # warm: cuBLAS picks and loads its kernels outside capture
+                run(w, x)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for w, x in zip(weights, xs):
+                    run(w, x)
+            graph.replay()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(reps):
+                graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            ms = start.elapsed_time(end) / reps
+            outs[f"gemv_{name}_ms"], outs[f"gemv_{name}_floor_ratio"] = ms, ms / floor_ms
+        except RuntimeError as exc:  # one way failing leaves the others measured
+            outs[f"gemv_{name}_ms"] = f"failed: {str(exc).splitlines()[0][:120]}"
+        finally:
+            torch.backends.cuda.preferred_blas_library(previous)
+    return outs
 
 
 def measured(engine, prompt: list[int], output_len: int, warmup: int, iters: int):
@@ -130,6 +172,8 @@ def first_divergence(a: list[int], b: list[int]) -> str:
 def print_table(r: dict, input_len: int, output_len: int) -> None:
     rows = [("copy bandwidth (GB/s, read+write)", f"{r['copy_gbs']:.0f}", ""),
             ("weight-read floor (ms)", f"{r['floor_ms']:.3f}", f"{r['weight_gb']:.2f} GB bf16 weights"),
+            *[(f"projections alone, {k} (ms)", f"{r[f'gemv_{k}_ms']:.3f}", f"{r[f'gemv_{k}_floor_ratio']:.2f}x floor")
+              for k in ("linear", "linear_cublaslt", "mv") if f"gemv_{k}_floor_ratio" in r],
             *[(f"attnbench decode step, graphs, {s} (ms)", f"{r[f'{s}_decode_step_ms']:.3f}",
                f"{r[f'{s}_floor_ratio']:.2f}x floor (goal <= 1.2); replay alone {r[f'{s}_graph_replay_ms']:.3f} ms")
               for s in ("unified", "split")],
@@ -175,6 +219,7 @@ def main() -> None:
     save("floor", copy_gbs=bandwidth, weight_gb=weight_bytes / 1e9, floor_ms=weight_bytes / (bandwidth * 1e9) * 1e3)
 
     model = random_model(margs, torch.bfloat16, device, seed=0)
+    save("projections alone", **projections_alone(model, results["floor_ms"]))
     runner = ModelEngines(model, max_num_seqs=1, max_model_len=args.input_len + args.output_len)
     prompt = make_prompts(1, args.input_len, margs.vocab_size, seed=0)[0]
     ours = {}

@@ -7,10 +7,16 @@
 #             scenarios/graph-bug-naive.toml (naive must give MISMATCH, safe must pass)
 #   floor     benchmarks/e2e_floor.py: llama-7b batch-1 decode step vs the weight-read floor, and
 #             the 32-token prefill step vs the decode step under --cudagraph full
+#   profile   llama-7b batch 1, 32/128, unified, --cudagraph full --profile: the decode step's kernels
+#             by device time (profile.md), to see where the step's time above the weight-read floor goes
 #   grid      the seed's e2e grid (llama-7b, 32/128 and 512/32, batch $GRID_BATCHES) under each of
 #             $MODES (default decode piecewise full)
 #   chunked   scenarios/chunked-prefill-e2e.toml (batch $CHUNK_BATCHES) on $CHUNK_MODELS (default llama-3-8b
 #             llama-7b; llama-7b with prompts of 2048 and 4032) under $MODES
+#   tp        full and piecewise graphs under tensor parallelism (both GPUs of nvidia-h200-x2, not in a lane):
+#             the tiny model at --tp 2 on vllm-fa2 and vllm-fa3, unified and split, each mode checked
+#             against eager; then llama-3-8b at --tp 2, chunked prefill (2048/64, batch 8, --chunk-size 512)
+#             under $TP_8B_MODES (default decode full)
 # Backend: $GRAPH_BACKEND (default vllm-fa2). --warmup 1 --iters 3 per row: the ratios within a
 # run are what to read. From the repo root, carrying .device:
 #   source .device/bootstrap.sh && OUT=$OUT bash benchmarks/gpu_graphs.sh tests floor grid chunked
@@ -33,6 +39,21 @@ for part in "$@"; do
     floor)
       step floor 150 python3 benchmarks/e2e_floor.py --backend "$BACKEND" --out "$OUT/floor.json" --deadline-s 140
       grep -E '^\|' "$OUT/floor.log" | tail -n 12 >> "$SUMMARY" ;;
+    profile)
+      step profile 150 python3 -m attnbench e2e --model llama-7b --backend "$BACKEND" --batch-size 1 --input-len 32 \
+        --output-len 128 --strategy unified --cudagraph full --profile "${RUNS[@]}" --out "$OUT/profile"
+      grep -E '^\|' "$OUT/profile/profile.md" | head -n 24 >> "$SUMMARY" ;;
+    tp)
+      export NCCL_NVLS_ENABLE=0  # NVLink multicast off, as the machine sets it
+      torchrun=(python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m attnbench e2e --tp 2)
+      for mode in full piecewise; do
+        step "tp-tiny-$mode" 120 "${torchrun[@]}" --model tiny --backend vllm-fa2,vllm-fa3 --input-len 32,200 \
+          --output-len 16 --batch-size 1,4 --chunk-size 64 --cudagraph "$mode" "${RUNS[@]}" --out "$OUT/tp-tiny-$mode"
+      done
+      for mode in ${TP_8B_MODES:-decode full}; do
+        step "tp-8b-$mode" 150 "${torchrun[@]}" --model llama-3-8b --backend vllm-fa3 --input-len 2048 --output-len 64 \
+          --batch-size 8 --chunk-size 512 --cudagraph "$mode" "${RUNS[@]}" --out "$OUT/tp-8b-$mode"
+      done ;;
     grid)
       for mode in $MODES; do
         step "grid-$mode" "${GRID_LIMIT:-200}" python3 -m attnbench e2e --model llama-7b --backend "$BACKEND" \
@@ -48,12 +69,12 @@ for part in "$@"; do
             "${RUNS[@]}" --out "$OUT/chunked-$model-$mode"
         done
       done ;;
-    *) echo "unknown part $part (waitfa2 tests floor grid chunked)" ;;
+    *) echo "unknown part $part (waitfa2 tests floor profile tp grid chunked)" ;;
   esac
 done
 
 # side by side: each run's rows (p50 request latency, step times, graphs) and agreement verdicts
-for dir in "$OUT"/grid-* "$OUT"/chunked-*; do
+for dir in "$OUT"/grid-* "$OUT"/chunked-* "$OUT"/tp-*; do
   [ -f "$dir/results.csv" ] || continue
   python3 - "$dir" >> "$SUMMARY" 2>&1 <<'PY'
 import sys

@@ -128,7 +128,7 @@ class fused:
             return self.fn(x, *args)
         if self.compiled is None:
             self.compiled = torch.compile(self.fn, dynamic=True)
-            fused.status = "torch.compile (inductor): RMSNorm, RoPE, SiLU-and-mul"
+            fused.status = "torch.compile (inductor): residual add + RMSNorm, RoPE, SiLU-and-mul"
         try:
             return self.compiled(x, *args)
         except Exception as exc:  # noqa: BLE001  record it, keep the run going unfused
@@ -150,10 +150,20 @@ def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
     return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
 
-@fused
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     h = x.float()
     return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+rms_norm = fused(_rms)
+
+
+@fused
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+    """The residual add and the RMSNorm after it in one kernel (vLLM's fused_add_rms_norm):
+    (norm(x + residual), x + residual). The add is in the model's dtype, as an unfused add is."""
+    h = x + residual
+    return _rms(h, weight, eps), h
 
 
 @fused
@@ -171,8 +181,11 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps, self.weight = eps, _param(dim, dtype=dtype, device=device)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """norm(x); with a residual, (norm(x + residual), x + residual) from one fused kernel."""
+        if residual is None:
+            return rms_norm(x, self.weight, self.eps)
+        return add_rms_norm(x, residual, self.weight, self.eps)
 
 
 class Attention(nn.Module):
@@ -218,15 +231,27 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps, dtype, device)
         self.feed_forward = FeedForward(args, dtype, device)
 
-    def pre_attention(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        return self.attention.qkv(self.attention_norm(x), cos, sin)
+    # The residual stream travels beside each layer's output, as in vLLM: a layer returns its MLP
+    # output and the stream before it, and the next norm (the next layer's, or the head's) adds
+    # them in its own kernel, so no residual add is a kernel of its own.
 
-    def post_attention(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        h = x + self.attention(out)
-        return h + self.feed_forward(self.ffn_norm(h))
+    def pre_attention(self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor):
+        """x: the previous layer's MLP output (layer 0: the embeddings, residual None); residual:
+        the stream it adds to. ((q, k, v), the stream x + residual)."""
+        if residual is None:
+            h, normed = x, self.attention_norm(x)
+        else:
+            normed, h = self.attention_norm(x, residual)
+        return self.attention.qkv(normed, cos, sin), h
 
-    def forward(self, x, cos, sin, attn: AttnFn) -> torch.Tensor:
-        return self.post_attention(x, attn(self.attention.layer_id, *self.pre_attention(x, cos, sin)))
+    def post_attention(self, h: torch.Tensor, out: torch.Tensor):
+        """h: the stream; out: the attention call's output. (the MLP output, the stream it adds to)."""
+        normed, h = self.ffn_norm(self.attention(out), h)
+        return self.feed_forward(normed), h
+
+    def forward(self, x, residual, cos, sin, attn: AttnFn):
+        (q, k, v), h = self.pre_attention(x, residual, cos, sin)
+        return self.post_attention(h, attn(self.attention.layer_id, q, k, v))
 
 
 class Transformer(nn.Module):
@@ -250,9 +275,10 @@ class Transformer(nn.Module):
                 logits_indices: torch.Tensor | None = None) -> torch.Tensor:
         """Logits for the tokens at `logits_indices` (all tokens when None)."""
         x, cos, sin = self.embed(input_ids, positions)
+        residual = None
         for layer in self.layers:
-            x = layer(x, cos, sin, attn)
-        return self.head(x, logits_indices)
+            x, residual = layer(x, residual, cos, sin, attn)
+        return self.head(x, residual, logits_indices)
 
     # forward's parts, which piecewise CUDA graphs (piecewise.py) capture between the attention calls
 
@@ -260,10 +286,11 @@ class Transformer(nn.Module):
         """The tokens' embeddings and their positions' RoPE cos/sin."""
         return F.embedding(input_ids, self.tok_embeddings), self.rope_cos[positions], self.rope_sin[positions]
 
-    def head(self, x: torch.Tensor, logits_indices: torch.Tensor | None = None) -> torch.Tensor:
+    def head(self, x: torch.Tensor, residual: torch.Tensor, logits_indices: torch.Tensor | None = None) -> torch.Tensor:
+        """The logits of the last layer's output x + its stream (rows logits_indices, all when None)."""
         if logits_indices is not None:
-            x = x[logits_indices]
-        return F.linear(self.norm(x), self.output)
+            x, residual = x[logits_indices], residual[logits_indices]
+        return F.linear(self.norm(x, residual)[0], self.output)
 
 
 def fill_random_(name: str, p: torch.Tensor, gen: torch.Generator) -> None:

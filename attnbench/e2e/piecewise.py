@@ -115,27 +115,27 @@ class PiecewiseGraphs(CapturedGraphs):
         """The n_layer + 1 functions between attention calls, each reading and writing `s` only."""
         model = self.engine.model
 
-        def store_qkv(layer: int, x: torch.Tensor) -> None:
-            for buffer, value in zip((s.q, s.k, s.v), model.layers[layer].pre_attention(x, s.cos, s.sin)):
+        def store(layer: int, x: torch.Tensor, residual: torch.Tensor | None) -> None:
+            """layer's q/k/v and the residual stream it leaves, into the buffers attention and the
+            next segment read."""
+            qkv, h = model.layers[layer].pre_attention(x, residual, s.cos, s.sin)
+            for buffer, value in zip((s.q, s.k, s.v, s.x), (*qkv, h)):
                 buffer.copy_(value)
 
         def first() -> None:
             x, cos, sin = model.embed(s.input_ids, s.positions)
-            s.x.copy_(x)
             s.cos.copy_(cos)
             s.sin.copy_(sin)
-            store_qkv(0, x)
+            store(0, x, None)
 
         def between(layer: int) -> Callable[[], None]:
             def run() -> None:  # layer - 1's post-attention part, then layer's pre-attention part
-                x = model.layers[layer - 1].post_attention(s.x, s.attn_out)
-                s.x.copy_(x)
-                store_qkv(layer, x)
+                store(layer, *model.layers[layer - 1].post_attention(s.x, s.attn_out))
             return run
 
         def last() -> None:
-            x = model.layers[-1].post_attention(s.x, s.attn_out)
-            s.logits.copy_(model.head(x, s.logits_indices))
+            x, h = model.layers[-1].post_attention(s.x, s.attn_out)
+            s.logits.copy_(model.head(x, h, s.logits_indices))
         return [first, *(between(i) for i in range(1, len(model.layers))), last]
 
     @torch.inference_mode()
