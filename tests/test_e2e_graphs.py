@@ -248,6 +248,6 @@ class TestFullGraphsOnTheGPU:
         assert set(second["agreement"]) <= set(FAILING) and len(second) == 1 and (second["verdict"] == "fail").all()
 
 
-def test_the_default_mode_is_full_and_decode_under_tensor_parallelism():
-    assert cudagraph_of(E2EArgs()) == "full" and cudagraph_of(E2EArgs(tp=2)) == "decode"
-    assert cudagraph_of(E2EArgs(tp=2, cudagraph="full")) == "full" and cudagraph_of(E2EArgs(eager=True)) == "none"
+def test_the_default_mode_is_full_under_tensor_parallelism_too():
+    assert cudagraph_of(E2EArgs()) == "full" and cudagraph_of(E2EArgs(tp=2)) == "full"
+    assert cudagraph_of(E2EArgs(tp=2, cudagraph="decode")) == "decode" and cudagraph_of(E2EArgs(eager=True)) == "none"

@@ -163,3 +163,41 @@ def test_logits_match_hugging_face_transformers(qkv_bias):
     with torch.inference_mode():
         expected = hf(torch.tensor([tokens])).logits[0].float()
     assert torch.allclose(oracle_logits(model, tokens), expected, atol=2e-3, rtol=1e-3)
+
+
+def test_a_layer_hands_on_its_output_and_the_stream_that_the_next_norm_adds():
+    """The fused residual (a layer returns its MLP output beside the stream, the next norm adds them)
+    computes what the textbook layer does: h = x + wo(attn(norm(x))), then h + mlp(norm(h))."""
+    model = random_model(TINY, torch.float32, "cpu", seed=3)
+    layer = model.layers[0]
+    x = torch.randn(5, TINY.dim)
+    cos, sin = model.rope_cos[:5], model.rope_sin[:5]
+    attn = lambda _, q, k, v: q * 0.5 + torch.repeat_interleave(v, TINY.n_head // TINY.n_kv_head, dim=1)  # noqa: E731
+    out, stream = layer(x, None, cos, sin, attn)
+
+    def norm(t, weight):
+        return weight * t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + TINY.norm_eps)
+    q, k, v = layer.attention.qkv(norm(x, layer.attention_norm.weight), cos, sin)
+    h = x + attn(0, q, k, v).flatten(1) @ layer.attention.wo.T
+    mlp_in = norm(h, layer.ffn_norm.weight) @ layer.feed_forward.w13.T
+    gate, up = mlp_in.chunk(2, dim=-1)
+    expected = h + (torch.nn.functional.silu(gate) * up) @ layer.feed_forward.w2.T
+    assert torch.allclose(stream, h, atol=1e-5) and torch.allclose(out + stream, expected, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the fused ops compile with torch.compile on CUDA only")
+def test_the_compiled_fused_ops_match_plain_torch_on_the_gpu():
+    from attnbench.e2e import model as m
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x, r = (torch.randn(7, 4096, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in range(2))
+    w = torch.rand(4096, device="cuda", generator=gen, dtype=torch.bfloat16) + 0.5
+    normed, h = m.add_rms_norm(x, r, w, 1e-5)
+    h_ref = x.float() + r.float()
+    ref = w.float() * h_ref * torch.rsqrt(h_ref.pow(2).mean(-1, keepdim=True) + 1e-5)
+    gate_up = torch.randn(7, 2 * 4096, device="cuda", generator=gen, dtype=torch.bfloat16)
+    gate, up = gate_up.float().chunk(2, dim=-1)
+    for got, want in ((normed, ref), (h, h_ref), (m.silu_and_mul(gate_up), torch.nn.functional.silu(gate) * up)):
+        err = ((got.float() - want).norm() / want.norm()).item()
+        assert torch.isfinite(got).all() and err < 1e-2, err
+    assert "torch.compile" in m.fused.status, m.fused.status

@@ -54,7 +54,6 @@ from attnbench.kernels.workload import Batch
 
 CUDAGRAPH_MODES = ("none", "decode", "piecewise", "full")
 DEFAULT_CUDAGRAPH = "full"  # decode until full was run on the H200 (issue 11); runs from before record decode
-TP_DEFAULT_CUDAGRAPH = "decode"  # --tp N ran on two H200s with decode graphs only; full under TP is opt-in
 GRAPH_NOTE = "decode steps replay CUDA graphs (buckets {buckets}); prefill and mixed steps run eagerly"
 FULL_NOTE = "every step replays a CUDA graph ({policy} policy; buckets over tokens and sequences, captured on first use)"
 DECODE_ONLY_NOTE = ("decode steps replay decode CUDA graphs (buckets {buckets}); prefill and mixed steps run piecewise "
@@ -86,11 +85,11 @@ def check_cudagraph(args) -> None:
 
 
 def cudagraph_of(args) -> str:
-    """The requested mode: --cudagraph, or none under --eager; not given, DEFAULT_CUDAGRAPH, and
-    under --tp the mode tensor parallelism has run in on GPUs (TP_DEFAULT_CUDAGRAPH)."""
+    """The requested mode: --cudagraph, or none under --eager; not given, DEFAULT_CUDAGRAPH (under
+    --tp too: each rank captures its own graphs, NCCL all-reduces inside)."""
     if args.eager:
         return "none"
-    return args.cudagraph or (TP_DEFAULT_CUDAGRAPH if getattr(args, "tp", 1) > 1 else DEFAULT_CUDAGRAPH)
+    return args.cudagraph or DEFAULT_CUDAGRAPH
 
 
 def graph_mode(backend: str, device: torch.device, eager: bool, max_num_seqs: int, cudagraph: str = DEFAULT_CUDAGRAPH,
