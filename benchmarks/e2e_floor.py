@@ -61,12 +61,16 @@ def projections_alone(model, floor_ms: float, reps: int = 20) -> dict:
     weights.append(model.output)
     xs = [torch.randn(1, w.shape[1], dtype=w.dtype, device=w.device) for w in weights]
     outs = {}
-    ways = {"linear": lambda w, x: torch.nn.functional.linear(x, w), "mv": lambda w, x: torch.mv(w, x[0])}
-    for name, blas in (("linear", "cublas"), ("linear_cublaslt", "cublaslt"), ("mv", "cublas")):
+
+    def linear(w, x):
+        return torch.nn.functional.linear(x, w)
+
+    def mv(w, x):
+        return torch.mv(w, x[0])
+    for name, blas, run in (("linear", "cublas", linear), ("linear_cublaslt", "cublaslt", linear), ("mv", "cublas", mv)):
         previous = torch.backends.cuda.preferred_blas_library()
         torch.backends.cuda.preferred_blas_library(blas)
         try:
-            run = ways[name.split("_")[0]]
             for w, x in zip(weights, xs):  # warm: cuBLAS picks and loads its kernels outside capture
                 run(w, x)
             graph = torch.cuda.CUDAGraph()

@@ -38,7 +38,7 @@ for part in "$@"; do
       grep -E "passed|failed" "$OUT/graph-tests.log" | tail -n 1 >> "$SUMMARY" ;;
     floor)
       step floor 150 python3 benchmarks/e2e_floor.py --backend "$BACKEND" --out "$OUT/floor.json" --deadline-s 140
-      grep -E '^\|' "$OUT/floor.log" | tail -n 12 >> "$SUMMARY" ;;
+      grep -E '^\|' "$OUT/floor.log" | tail -n 15 >> "$SUMMARY" ;;
     profile)
       step profile 150 python3 -m attnbench e2e --model llama-7b --backend "$BACKEND" --batch-size 1 --input-len 32 \
         --output-len 128 --strategy unified --cudagraph full --profile "${RUNS[@]}" --out "$OUT/profile"
