@@ -145,3 +145,19 @@ def test_verify_reports_mixed_replays_unsupported_and_passes_the_rest(monkeypatc
     fi.made.clear()
     verify_rows(["flashinfer"], ["unified"], ["safe"], POINT, [CASES["decode -> mixed"]], CPU)
     assert not fi.made, "an unsupported case is not planned"
+
+
+def test_pooled_wrappers_and_the_workspace_made_under_inference_mode_serve_plans_outside_it():
+    """An e2e engine plans under inference mode, a kernel sweep does not; one backend instance serves
+    both (the H200 raised "Inplace update to inference tensor outside InferenceMode" on a wrapper's
+    __init__ buffer when a kernel test followed an e2e test). What outlives the call is made normal."""
+    from attnbench.kernels.backends.flashinfer_common import Workspace, WrapperPool
+
+    pool, workspace = WrapperPool(), Workspace(nbytes=64)
+    with torch.inference_mode():
+        made = pool.take(("k",), lambda: torch.zeros(4))
+        buffer = workspace.get(torch.device("cpu"))
+        workspace.grow(torch.device("cpu"), 8)
+    for tensor in (made, buffer, workspace.get(torch.device("cpu"))):
+        assert not tensor.is_inference()
+        tensor.add_(1)  # what a later plan outside inference mode does to its buffers

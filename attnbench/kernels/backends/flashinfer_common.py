@@ -107,6 +107,15 @@ def float_overflow(exc: BaseException) -> int | None:
     return int(found.group(2)) if found else None
 
 
+# The workspace and the pooled wrappers outlive the call that made them: an e2e engine plans under
+# torch.inference_mode, a kernel sweep does not, and a wrapper's own buffers (made in its __init__,
+# updated in place by every plan: prefill.py's _kv_lens_buffer) made as inference tensors cannot be
+# updated outside it ("Inplace update to inference tensor outside InferenceMode", seen on the H200
+# when a kernel test followed an e2e test in one process). So they are always made as normal tensors.
+def long_lived() -> torch.inference_mode:
+    return torch.inference_mode(False)
+
+
 class Workspace:
     """The float workspace of one backend instance: one buffer per device, grown on demand. Zeroed,
     as FlashInfer asks of a float workspace's first use (decode.py BatchDecode...Wrapper.__init__)
@@ -119,14 +128,16 @@ class Workspace:
 
     def get(self, device: torch.device) -> torch.Tensor:
         if device not in self.buffers:
-            self.buffers[device] = torch.zeros(self.nbytes, dtype=torch.uint8, device=device)
+            with long_lived():
+                self.buffers[device] = torch.zeros(self.nbytes, dtype=torch.uint8, device=device)
             self.generation.setdefault(device, 0)
         return self.buffers[device]
 
     def grow(self, device: torch.device, needed: int) -> None:
         """Replace the device's buffer by one with room for `needed` more bytes (and some spare)."""
         size = self.get(device).numel() + needed + needed // 4 + (16 << 20)
-        self.buffers[device] = torch.zeros(size, dtype=torch.uint8, device=device)
+        with long_lived():
+            self.buffers[device] = torch.zeros(size, dtype=torch.uint8, device=device)
         self.generation[device] += 1
 
 
@@ -142,7 +153,8 @@ class WrapperPool:
         self._settle()
         stack = self.idle.get(key)
         if not stack:
-            return make()
+            with long_lived():  # its buffers serve later plans, in or out of inference mode
+                return make()
         wrapper = stack.pop()
         if not stack:
             del self.idle[key]
