@@ -37,7 +37,7 @@ def default_out_dir(device_name: str, command: str) -> Path:
 
 def print_seed_table(console: Console, df) -> None:
     """The seed-shaped table; columns that hold one value for the whole run go to the title."""
-    from attnbench.results.files import seed_table
+    from attnbench.results.tables import seed_table
 
     table = seed_table(df)
     if table.empty:
@@ -52,7 +52,7 @@ def print_titled(console: Console, table, constant_candidates: tuple[str, ...], 
     """`table` as a rich table whose title (`caption`, formatted with `title`) says once what its
     columns would repeat: the candidates holding one value, a single decode share or count of the
     mixed rows; kv heads are left out where they equal the heads."""
-    from attnbench.results.files import format_cell
+    from attnbench.results.tables import format_cell
 
     constant = [c for c in constant_candidates if c in table and table[c].nunique() == 1]
     if (table["kv heads"] == table["heads"]).all():

@@ -96,7 +96,7 @@ class _Planted:
 
 class PlantedFA2(_Planted, VllmFA2Backend):
     name = "planted-fa2"
-    description = "test only: vllm-fa2 plus a spin kernel of a planted extra device time (aa_check.py)"
+    description = "test only: vllm-fa2 plus a device copy of a planted extra device time (aa_check.py)"
 
     def spin(self, extra_ms: float):
         # extra HBM traffic, not an idle spin: torch.cuda._sleep keeps one thread busy while the card

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from attnbench.results import files as report
+from attnbench.results.tables import markdown_table, seed_table
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.inputs import make_inputs
 from attnbench.kernels.metadata import build_metadata
@@ -99,7 +100,7 @@ def main() -> None:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
     writer.close()
     df = report.load_results(args.out)
-    print(report.markdown_table(report.seed_table(df)))
+    print(markdown_table(seed_table(df)))
     print(f"figure 1: seed decode table (9 points x 2 strategies, graph mode, checked) wall {wall_s:.1f} s "
           f"after import; verdicts {df['verdict'].value_counts().to_dict()}")
     print("  per point: " + ", ".join(point_s))

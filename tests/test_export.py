@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from attnbench.results import files as report
+from attnbench.results import tables as layout
 from attnbench.results.export import benchmark_name, by_setting, gab_entries
 
 pytest_plugins = ["results_fixtures"]
@@ -76,7 +77,7 @@ def test_markdown_is_the_seed_table_cell_by_cell(results_dir, cli):
     result = cli("export", results_dir, "--format", "md")
     assert result.exit_code == 0
     df = report.load_results(results_dir)
-    expected = [report.seed_table(rows) for _, rows in by_setting(df)]
+    expected = [layout.seed_table(rows) for _, rows in by_setting(df)]
     parsed = parse_markdown_tables(result.stdout)
     assert len(parsed) == len(expected)
     for got, want in zip(parsed, expected):
@@ -85,7 +86,7 @@ def test_markdown_is_the_seed_table_cell_by_cell(results_dir, cli):
         for (_, g), (_, w) in zip(got.iterrows(), want.iterrows()):
             for col in want.columns:
                 if col in ("unified ms", "split ms"):
-                    assert g[col] == report.format_ms(w[col])
+                    assert g[col] == layout.format_ms(w[col])
                 elif col == "split / unified":
                     assert g[col] == ("" if pd.isna(w[col]) else f"{w[col]:.3f}")
                 else:
@@ -100,8 +101,8 @@ def test_markdown_gives_each_swept_setting_its_own_table(cpu_run, cli, tmp_path)
     assert "#### ctx=32" in text and "#### ctx=64" in text
     tables = parse_markdown_tables(text)
     # kinds whose batch ignores the context still differ by it in the key: they are split too
-    assert sum(len(t) for t in tables) == sum(len(report.seed_table(rows)) for _, rows in by_setting(two))
-    assert sum(len(t) for t in tables) == 2 * len(report.seed_table(df))
+    assert sum(len(t) for t in tables) == sum(len(layout.seed_table(rows)) for _, rows in by_setting(two))
+    assert sum(len(t) for t in tables) == 2 * len(layout.seed_table(df))
 
 
 def test_csv_reads_back_as_the_same_results(results_dir, cli):

@@ -152,6 +152,16 @@ def test_caches_past_int32_offsets_are_refused_on_cuda(monkeypatch, tokens, shap
     assert FLEX.supports(p, "unified", CPU) is None or "int32" not in FLEX.supports(p, "unified", CPU)
 
 
+def test_a_plan_over_an_engine_cache_past_the_limit_is_one_error_line():
+    """e2e sizes its cache itself, so flex's and flashinfer-ba's plans ask require_cache, not supports."""
+    from attnbench.errors import AttnbenchError
+
+    FLEX.require_cache(2**31)
+    with pytest.raises(AttnbenchError, match="int32 offsets") as info:
+        FLEX.require_cache(2**31 + 1)
+    assert "\n" not in str(info.value) and "2,147,483,649" in str(info.value)
+
+
 def test_flex_is_registered_available_and_declares_what_it_can_do():
     assert REGISTRY["flex"] is not None and REGISTRY["flex"].unavailable_reason() is None
     assert REGISTRY["flex"].library() == ("torch", torch.__version__)

@@ -137,3 +137,10 @@ def test_a_launch_that_works_only_once_fails_its_check():
     check = check_twice(once, out, ref, "bfloat16")
     assert check["verdict"] == "fail" and check["reason"].startswith("on a second run: output has NaN/inf")
     assert check_twice(lambda: out.copy_(ref), out, ref, "bfloat16")["verdict"] == "pass"
+
+
+def test_a_backend_declaring_fused_without_a_fused_launch_is_refused_when_defined():
+    from attnbench.kernels.backends.reference import ReferenceBackend
+
+    with pytest.raises(TypeError, match="fused"):
+        type("NoFused", (ReferenceBackend,), {"strategies": ("unified", "split", "fused")})

@@ -9,6 +9,7 @@ import pytest
 from conftest import PNG_MAGIC
 
 from attnbench.results import files as report
+from attnbench.results import tables as layout
 from attnbench.results.plots import plot_runs
 
 
@@ -43,7 +44,7 @@ def test_nan_is_written_and_read_back_as_nan(tmp_path):
 
 
 def test_seed_table_has_the_seed_columns_and_the_ratio():
-    table = report.seed_table(pd.DataFrame(ROWS))
+    table = layout.seed_table(pd.DataFrame(ROWS))
     assert list(table.columns[-4:]) == ["unified ms", "split ms", "split / unified", "check"]
     assert {"query tokens", "heads", "kv heads", "head dim"} <= set(table.columns)
     assert table["split / unified"].tolist() == [1.5, 0.5]
@@ -52,13 +53,13 @@ def test_seed_table_has_the_seed_columns_and_the_ratio():
 
 def test_seed_table_ignores_skipped_and_error_rows():
     rows = [row(8, "unified", float("nan"), "skipped"), row(8, "split", float("nan"), "error")]
-    assert report.seed_table(pd.DataFrame(rows)).empty
+    assert layout.seed_table(pd.DataFrame(rows)).empty
 
 
 def test_seed_table_keeps_each_swept_prefix_ratio():
     rows = [{**row(8, strategy, ms), "kind": "prefix", "prefix_ratio": ratio}
             for ratio, ms in ((0.0, 2.0), (0.9, 1.0)) for strategy in ("unified", "split")]
-    assert len(report.seed_table(pd.DataFrame(rows))) == 2
+    assert len(layout.seed_table(pd.DataFrame(rows))) == 2
 
 
 def test_summary_lists_the_table_the_failures_and_the_rules(tmp_path):

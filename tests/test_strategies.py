@@ -18,7 +18,7 @@ from attnbench.kernels.backends.reference import ReferenceBackend, reference_att
 from attnbench.kernels.inputs import make_inputs
 from attnbench.kernels.metadata import build_metadata
 from attnbench.kernels.workload import STRATEGIES, SweepPoint
-from attnbench.results import files
+from attnbench.results import files, tables
 from attnbench.results.plots import plot_runs
 
 SMALL = ["--heads", "4", "--kv-heads", "2", "--dim", "32", "--tokens", "8,24", "--context", "32", "--budget-ms", "5",
@@ -78,15 +78,15 @@ def test_a_three_strategy_sweep_tabulates_each_against_unified(fused_registered,
 
 
 def test_strategies_are_ordered_unified_first_and_unknown_ones_kept():
-    assert files.strategies_in(["fused", "split", "unified"]) == list(STRATEGIES)
-    assert files.strategies_in(["split", "zz-custom", float("nan")]) == ["split", "zz-custom"]
+    assert tables.strategies_in(["fused", "split", "unified"]) == list(STRATEGIES)
+    assert tables.strategies_in(["split", "zz-custom", float("nan")]) == ["split", "zz-custom"]
 
 
 def test_a_table_without_unified_has_no_ratios():
     rows = [{"kind": "decode", "backend": "b", "mode": "eager", "l2": "warm", "prefix_ratio": 0.0, "num_tokens": 8,
              "num_heads": 4, "num_kv_heads": 4, "head_dim": 32, "strategy": s, "median_ms": ms, "verdict": "pass"}
             for s, ms in (("split", 1.0), ("fused", 0.5))]
-    table = files.seed_table(pd.DataFrame(rows))
+    table = tables.seed_table(pd.DataFrame(rows))
     assert "split ms" in table and "fused ms" in table
     assert not [c for c in table.columns if " / " in c]
 

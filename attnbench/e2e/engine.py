@@ -31,7 +31,7 @@ from typing import Callable
 import torch
 
 from attnbench.e2e.attention import PagedAttention
-from attnbench.e2e.graphmem import capture, graph_mode_name, pool_bytes
+from attnbench.e2e.graphmem import CapturedGraphs, graph_mode_name
 from attnbench.e2e.graphs import CUDAGRAPH_MODES, graph_buckets
 from attnbench.e2e.piecewise import step_graphs
 from attnbench.e2e.model import ModelArgs, Transformer
@@ -92,8 +92,8 @@ class Engine:
         self.token_budget = chunk_size or sys.maxsize
         self.device = model.tok_embeddings.device
         self.cuda = self.device.type == "cuda"
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.graph_mem_bytes = 0
+        self.graphs: dict[int, Callable[[], object]] = {}  # decode graphs' replays, by batch bucket
+        self.decode_graphs: CapturedGraphs | None = None  # their pool
         mode = graph_mode_name(graphs)
         if mode not in CUDAGRAPH_MODES:
             raise AttnbenchError(f"CUDA graph mode {mode!r} is not built; choose from {', '.join(CUDAGRAPH_MODES)}")
@@ -104,8 +104,8 @@ class Engine:
     def graph_stats(self) -> tuple[int, int]:
         """How many graphs this engine captured, and the device memory (bytes) their pools hold."""
         bucketed = [g for g in (self.full, self.piecewise) if g is not None]
-        return (len(self.graphs) + sum(g.num_graphs for g in bucketed),
-                self.graph_mem_bytes + sum(g.mem_bytes for g in bucketed))
+        pools = [g for g in (self.decode_graphs, *bucketed) if g is not None]
+        return len(self.graphs) + sum(g.num_graphs for g in bucketed), sum(g.mem_bytes for g in pools)
 
     def capture_s(self) -> float:
         """Seconds spent capturing bucketed graphs so far (on first use, inside steps)."""
@@ -172,8 +172,7 @@ class Engine:
 
     @torch.inference_mode()
     def capture(self) -> None:
-        if not self.cuda:
-            raise AttnbenchError("CUDA graphs need a CUDA device")
+        self.decode_graphs = CapturedGraphs(self)  # refuses without CUDA
         n = self.max_num_seqs
         self.buckets = graph_buckets(n)
         self.static_ids = torch.zeros(n, dtype=torch.long, device=self.device)
@@ -183,20 +182,22 @@ class Engine:
                                          device=self.device)
         self.static_md: dict[int, VarlenMetadata | SplitMetadata] = {}
         self.graph_plans: dict[int, Plan] = {}  # kept alive with their graphs
-        pool = None
+        forwards = []
         for bucket in reversed(self.buckets):
             md = self.static_md[bucket] = self._static_metadata(bucket)
             self._kv_buffers(md)[0].zero_()  # capture on padding rows only: nothing read or kept
             plan = self.graph_plans[bucket] = self.attn.plan(md)  # planned once, outside the capture
-            self.attn.bind(plan, self.static_slots[:bucket])
-            args = (self.static_ids[:bucket], self.static_pos[:bucket], self.attn)
+            forwards.append(self._decode_forward(bucket, plan))
+        self.graphs = dict(zip(reversed(self.buckets), self.decode_graphs.capture_all(forwards)))
 
-            def forward() -> None:
-                self.static_logits[:bucket] = self.model(*args)
-            forward()  # warm-up: lazy inits stay out of the graph
-            self.graphs[bucket], pool = capture(forward, pool)  # captured now: the closure's values are this bucket's
-        torch.cuda.synchronize(self.device)
-        self.graph_mem_bytes = pool_bytes(pool, self.device)
+    def _decode_forward(self, bucket: int, plan: Plan) -> Callable[[], None]:
+        """One decode bucket's step on the static buffers, its plan bound (host only) first."""
+        args, slots = (self.static_ids[:bucket], self.static_pos[:bucket], self.attn), self.static_slots[:bucket]
+
+        def forward() -> None:
+            self.attn.bind(plan, slots)  # the capture batch's rows are all padding: K/V go to the scratch slot
+            self.static_logits[:bucket] = self.model(*args)
+        return forward
 
     def _load_graph(self, step: Step) -> Callable[[], torch.Tensor]:
         n = len(step.rows)
@@ -217,7 +218,7 @@ class Engine:
         graph, logits = self.graphs[bucket], self.static_logits[:n]
 
         def replay() -> torch.Tensor:
-            graph.replay()
+            graph()
             return logits
         return replay
 

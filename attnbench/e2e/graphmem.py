@@ -8,8 +8,9 @@ full graphs on the H200). The allocator's snapshot names the pool that owns each
 graphs' pool is what they keep for as long as they live. Static input and output buffers live in
 the default pool and are not counted.
 
-CapturedGraphs is what full graphs (graphs.py) and piecewise graphs (piecewise.py) share: one pool,
-its bytes, and the seconds spent capturing (a capture made inside a step is not its host time)."""
+CapturedGraphs is what decode graphs (engine.py), full graphs (graphs.py) and piecewise graphs
+(piecewise.py) share: one pool, its bytes, warm-up then capture, and the seconds spent capturing
+(a capture made inside a step is not its host time)."""
 
 from __future__ import annotations
 

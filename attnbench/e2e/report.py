@@ -22,7 +22,8 @@ import torch
 from rich.console import Console
 
 from attnbench.errors import AttnbenchError
-from attnbench.results.files import LINESTYLES, load_results, md_lines, strategies_in, write_parquet
+from attnbench.results.files import load_results, write_parquet
+from attnbench.results.tables import LINESTYLES, md_lines, strategies_in
 
 LOGIT_TOLERANCE = 0.5  # x the reference's logit spread (RMS about each position's mean)
 FAILING = ("MISMATCH", "non-finite")

@@ -24,6 +24,18 @@ def check_output(out: torch.Tensor, ref: torch.Tensor, dtype: str) -> dict:
             "verdict": "pass" if ok else "fail", "reason": reason}
 
 
+def worst_check(checks: list[dict], where: Callable[[int, int], str] | None = None) -> dict:
+    """One verdict over several checks of the same output: the first failing one (NaN never passes),
+    its reason put into `where(i, n)` (a template with {}; default "replicate i+1 of n: {}" when n > 1),
+    else the passing check with the largest error."""
+    failed = [i for i, c in enumerate(checks) if c["verdict"] != "pass"]
+    if not failed:
+        return max(checks, key=lambda c: c["rel_l2_error"])
+    i, n = failed[0], len(checks)
+    template = where(i, n) if where else (f"replicate {i + 1} of {n}: {{}}" if n > 1 else "{}")
+    return {**checks[i], "reason": template.format(checks[i]["reason"])}
+
+
 def check_twice(run: Callable[[], object], out: torch.Tensor, ref: torch.Tensor, dtype: str) -> dict:
     """Poison `out` with NaN, run, check; then again. A launch that does its work only once (state
     it never resets, as FlashInfer 0.6.6's POD under a CUDA graph: pod.cuh zeroes its CTA-scheduler
@@ -34,10 +46,5 @@ def check_twice(run: Callable[[], object], out: torch.Tensor, ref: torch.Tensor,
         out.fill_(float("nan"))  # a row passes only if every element was written by this run
         run()
         checks.append(check_output(out, ref, dtype))
-    first, second = checks
-    if first["verdict"] != "pass":
-        return first
-    if second["verdict"] != "pass":
-        return {**second, "reason": f"on a second run: {second['reason']} (the first run passed: the launch does not "
-                                    "redo its work when run again)"}
-    return max(checks, key=lambda c: c["rel_l2_error"])
+    return worst_check(checks, lambda i, n: "{}" if i == 0 else
+                       "on a second run: {} (the first run passed: the launch does not redo its work when run again)")

@@ -10,6 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from attnbench.kernels import roofline
+from attnbench.kernels.check import worst_check
 from attnbench.kernels.timing import Replicated, Timing
 from attnbench.kernels.workload import Batch, SweepPoint
 
@@ -48,13 +49,3 @@ class Slot:
 
 def _cell(values: list, fmt: str) -> str:
     return " ".join(fmt.format(v) for v in values) if len(values) > 1 else ""
-
-
-def worst_check(checks: list[dict]) -> dict:
-    """The check of a row over its replicates: a failing replicate fails it (NaN never passes)."""
-    failed = [i for i, c in enumerate(checks) if c["verdict"] != "pass"]
-    if not failed:
-        return max(checks, key=lambda c: c["rel_l2_error"])
-    first = checks[failed[0]]
-    where = f"replicate {failed[0] + 1} of {len(checks)}: " if len(checks) > 1 else ""
-    return {**first, "reason": where + first["reason"]}

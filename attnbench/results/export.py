@@ -20,7 +20,8 @@ import pandas as pd
 from attnbench.e2e.report import e2e_markdown, e2e_table, plot_e2e
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.results.compare import row_label
-from attnbench.results.files import COLUMNS, KEY_COLUMNS, markdown_table, seed_table
+from attnbench.results.files import COLUMNS, KEY_COLUMNS
+from attnbench.results.tables import markdown_table, seed_table
 from attnbench.results.plots import plot_runs
 from attnbench.results.read import E2E, KERNEL, MEASURED, ResultKind, Run, canonical
 

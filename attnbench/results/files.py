@@ -18,11 +18,7 @@ import pandas as pd
 from attnbench.errors import AttnbenchError
 from attnbench.results.notes import summary_notes
 from attnbench.results.rundir import replace_atomic, write_text_atomic
-from attnbench.results.tables import LINESTYLES as LINESTYLES  # noqa: F401 (re-exported: plots, e2e)
-from attnbench.results.tables import format_cell as format_cell  # noqa: F401
-from attnbench.results.tables import format_ms as format_ms  # noqa: F401
 from attnbench.results.tables import markdown_table, md_lines, seed_table
-from attnbench.results.tables import strategies_in as strategies_in  # noqa: F401
 from attnbench.results.telemetry import ROW_COLUMNS
 
 POINT_COLUMNS = [

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from attnbench.kernels.workload import KINDS  # noqa: E402
-from attnbench.results.files import LINESTYLES, strategies_in  # noqa: E402
+from attnbench.results.tables import LINESTYLES, strategies_in  # noqa: E402
 
 SHAPE = ["num_heads", "num_kv_heads", "head_dim"]
 

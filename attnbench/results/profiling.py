@@ -34,7 +34,7 @@ from torch.profiler import (
     tensorboard_trace_handler,
 )
 
-from attnbench.results.files import md_lines
+from attnbench.results.tables import md_lines
 
 ATTENTION_KERNEL = re.compile(r"flash|fmha|attn|attention", re.IGNORECASE)
 BREAKDOWN_COLUMNS = ["source", "rank", "kernel", "calls", "calls_per_step", "total_us", "mean_us", "share",

@@ -48,6 +48,7 @@ from typing import Any, Callable, ClassVar
 
 import torch
 
+from attnbench.errors import AttnbenchError
 from attnbench.kernels.inputs import cache_elements
 from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
 from attnbench.kernels.workload import DEFAULT_STRATEGIES, Batch, SweepPoint
@@ -119,7 +120,16 @@ def as_batched(launch: Launch, num_seqs: int, query_len: int) -> Launch:
 
 
 class Backend(ABC):
-    """A kernel family. Subclasses set the class attributes and supply the two primitives."""
+    """A kernel family. Subclasses set the class attributes and supply the two primitives. One that
+    declares `fused` also supplies `plan_fused(point, md: SplitMetadata) -> Launch`, one launch
+    running md's decode and prefill parts together (q/out given to it are the whole batch, decode
+    tokens first), or plans every strategy itself (its own `plan`); a class that does neither is
+    refused when it is defined."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "fused" in cls.strategies and not hasattr(cls, "plan_fused") and cls.plan is Backend.plan:
+            raise TypeError(f"{cls.__name__} declares the fused strategy but neither plan_fused nor plan")
 
     name: ClassVar[str]
     description: ClassVar[str]
@@ -167,6 +177,11 @@ class Backend(ABC):
         if self.max_cache_elements is None or elements <= self.max_cache_elements:
             return None
         return f"{self.name}: the paged cache spans {elements:,} K elements, {self.cache_limit_why}"
+
+    def require_cache(self, elements: int) -> None:
+        """cache_refusal as an error, for a plan over a cache it did not size (an engine's): one line."""
+        if reason := self.cache_refusal(elements):
+            raise AttnbenchError(reason)
 
     def graph_refusal(self, strategy: str) -> str | None:
         """Why `strategy` cannot be timed as a captured CUDA graph (`kernel --mode graph`), or None."""
@@ -218,11 +233,6 @@ class Backend(ABC):
     @abstractmethod
     def plan_varlen(self, point: SweepPoint, md: VarlenMetadata) -> Launch:
         """One paged varlen launch over md's sequences; q/out given to it are those sequences' tokens."""
-
-    def plan_fused(self, point: SweepPoint, md: SplitMetadata) -> Launch:
-        """One launch running md's decode and prefill parts together; q/out given to it are the
-        whole batch (decode tokens first). Only backends that declare `fused` supply it."""
-        raise NotImplementedError(f"{self.name} has no fused launch")
 
     @abstractmethod
     def plan_kvcache(self, point: SweepPoint, md: KVCacheMetadata) -> Launch:

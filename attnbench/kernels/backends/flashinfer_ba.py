@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import torch
 
-from attnbench.errors import AttnbenchError
 from attnbench.kernels.backends.flashinfer import FlashInferBackend
 from attnbench.kernels.backends.flashinfer_common import (
     Part,
@@ -65,8 +64,7 @@ class FlashInferBABackend(FlashInferBackend):
         def plan(wrapper, md: VarlenMetadata) -> None:
             indptr, indices, _ = paged_kv_arrays(md.seqused_k, md.block_table, point.block_size)
             pages = int(indices.max()) + 1 if indices.numel() else 0  # the cache's extent this batch reaches
-            if reason := self.cache_refusal(pages * point.block_size * point.num_kv_heads * point.head_dim):
-                raise AttnbenchError(reason)  # e2e: a cache sized by the engine, not by a sweep point
+            self.require_cache(pages * point.block_size * point.num_kv_heads * point.head_dim)  # e2e: the engine's cache
             kv_indices[:indices.numel()].copy_(indices)
             wrapper.plan(md.cu_seqlens_q.to("cpu"), indptr, kv_indices, md.seqused_k.to("cpu", torch.int32),
                          point.num_heads, point.num_kv_heads, point.head_dim, point.head_dim, point.block_size,

@@ -42,7 +42,6 @@ from importlib.util import find_spec
 
 import torch
 
-from attnbench.errors import AttnbenchError
 from attnbench.kernels.backends.base import Backend, Launch, Plan
 from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.metadata import KVCacheMetadata, VarlenMetadata, num_cache_blocks, split_batch
@@ -272,8 +271,8 @@ class FlexBackend(Backend):
         block_mask, slots, entries = build_mask(layout, q_lens, kv_lens, block_table.tolist(), point.block_size,
                                                 point.causal, block_table.device)
         compiled = block_table.device.type == "cuda"
-        if compiled and (overflow := self.cache_refusal(slots * point.num_kv_heads * point.head_dim)):
-            raise AttnbenchError(overflow)  # e2e: a cache sized by the engine, not by a sweep point
+        if compiled:  # e2e: a cache sized by the engine, not by a sweep point (supports checks those)
+            self.require_cache(slots * point.num_kv_heads * point.head_dim)
         flex, options = (_compiled_flex(), dict(layout.kernel_options)) if compiled else (_flex()[1], None)
         compile_s, cache = self._warm(point, layout, slots, block_mask, flex) if compiled else (None, "none")
         self._parts.append({"flex_mode": "compiled" if compiled else "eager", "compile_s": compile_s,
