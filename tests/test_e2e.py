@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from attnbench.cli.main import app
 from attnbench.e2e.runner import ModelEngines
-from attnbench.e2e.report import compare_generations
+from attnbench.e2e.agreement import compare_generations
 from attnbench.e2e.engine import Engine
 from attnbench.e2e.graphs import graph_buckets
 from attnbench.e2e.scheduler import KVCache, Sequence, make_prompts, schedule

@@ -22,7 +22,7 @@ from attnbench.e2e.attention import PagedAttention
 from attnbench.e2e.engine import Engine
 from attnbench.e2e.graphs import FullGraphs, cudagraph_of, full_bucket, pad_step, token_buckets
 from attnbench.e2e.model import ModelArgs, random_model
-from attnbench.e2e.report import FAILING, compare_generations
+from attnbench.e2e.agreement import FAILING, compare_generations
 from attnbench.e2e.runner import E2EArgs, ModelEngines, length_pairs
 from attnbench.e2e.scheduler import Sequence, make_prompts, schedule
 from attnbench.kernels.graphsafe import static_buffers, write_batch

@@ -25,7 +25,7 @@ from attnbench.e2e.engine import Engine
 from attnbench.e2e.graphs import FullGraphs, graph_mode, round_up, token_buckets
 from attnbench.e2e.model import ModelArgs, random_model
 from attnbench.e2e.piecewise import PiecewiseGraphs, step_graphs
-from attnbench.e2e.report import compare_generations
+from attnbench.e2e.agreement import compare_generations
 from attnbench.e2e.runner import E2EArgs, ModelEngines, run_point
 from attnbench.e2e.scheduler import make_prompts
 from attnbench.errors import AttnbenchError

@@ -19,10 +19,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from attnbench import profiler
 from attnbench.results import profiling
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.cli.main import app
-from attnbench.results.profiling import BREAKDOWN_COLUMNS, nvtx_range, profile_callable, profile_to_run, write_report
+from attnbench.profiler import BREAKDOWN_COLUMNS, nvtx_range, profile_callable, profile_to_run
+from attnbench.results.profiling import write_report
 from attnbench.kernels.workload import KINDS
 
 TINY = ["--heads", "4", "--kv-heads", "2", "--dim", "32", "--tokens", "8", "--context", "32", "--budget-ms", "5"]
@@ -130,7 +132,7 @@ def test_attention_kernels_are_classified_by_name():
     names = ["void flash::flash_fwd_splitkv_kernel<Traits>(flash::Flash_fwd_params)", "fmha_cutlassF_f16",
              "void at::native::vectorized_elementwise_kernel<4>(int)", "ampere_bf16_s16816gemm_bf16_128x64",
              "paged_attention_v2_kernel", "flash_attn::combine"]
-    assert [bool(profiling.ATTENTION_KERNEL.search(n)) for n in names] == [True, True, False, False, True, True]
+    assert [bool(profiler.ATTENTION_KERNEL.search(n)) for n in names] == [True, True, False, False, True, True]
     assert profiling.short_name(names[0]) == "flash::flash_fwd_splitkv_kernel<Traits>"
 
 

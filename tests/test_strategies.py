@@ -12,7 +12,7 @@ from fused_backend import FusedReference
 from typer.testing import CliRunner
 
 from attnbench.cli.main import app
-from attnbench.e2e.report import e2e_table
+from attnbench.results.e2e_report import e2e_table
 from attnbench.kernels.backends import registry
 from attnbench.kernels.backends.reference import ReferenceBackend, reference_attention
 from attnbench.kernels.inputs import make_inputs

@@ -40,7 +40,7 @@ from attnbench.errors import AttnbenchError
 from attnbench.kernels.backends.base import Plan
 from attnbench.kernels.metadata import SplitMetadata, VarlenMetadata, build_metadata
 from attnbench.kernels.workload import Batch
-from attnbench.results.profiling import nvtx_range
+from attnbench.profiler import nvtx_range
 
 @dataclass
 class Step:

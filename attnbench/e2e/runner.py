@@ -23,7 +23,7 @@ from attnbench.e2e.graphmem import graph_mode_name
 from attnbench.e2e.graphs import check_cudagraph
 from attnbench.e2e.model import PRESETS, ModelArgs, Transformer, fused, random_model
 from attnbench.e2e.parallel import MAX_TP, SINGLE, TensorParallel, all_reduce_outputs_, random_rank_model
-from attnbench.e2e.report import FAILING, compare_generations, run_metrics, worst
+from attnbench.e2e.agreement import FAILING, compare_generations, run_metrics, worst
 from attnbench.e2e.scheduler import KVCache, make_prompts
 from attnbench.errors import AttnbenchError, UsageError, error_reason
 from attnbench.kernels.backends.registry import get_backend
@@ -38,7 +38,7 @@ from attnbench.kernels.workload import (
     MAX_TOKENS,
     SweepPoint,
 )
-from attnbench.results.profiling import profile_generation
+from attnbench.profiler import profile_generation
 
 SEED_INPUT_LENS, SEED_OUTPUT_LENS, SEED_BATCH_SIZES = "32,512", "128,32", "1,2,4,8,16,32"
 CPU_LIMIT_BYTES = 2 * 2**30  # the CPU path (reference attention) is for tests and small models

@@ -20,7 +20,7 @@ import torch
 
 from attnbench.e2e.model import ModelArgs
 from attnbench.e2e.parallel import SINGLE, TensorParallel, agree, same_on_every_rank
-from attnbench.e2e.report import Agreement, compare_generations
+from attnbench.e2e.agreement import Agreement, compare_generations
 from attnbench.e2e.runner import ModelSpec
 from attnbench.e2e.scheduler import make_prompts
 

@@ -1,16 +1,16 @@
 """Parsed kernel flags -> a SweepPlan: the one place that validates a sweep and fills its defaults.
 
 `attnbench kernel`, `attnbench run` (and its `--check`) and the scenario-file checks all call
-`plan_sweep`, so a value refused here is refused the same way everywhere. With `machine=False`
+`plan_sweep` (through runs/kernel.py's plan_kernel), so a value refused here is refused the same way everywhere. With `machine=False`
 it checks only what the values say (for a file read on a machine that will not run it): device
 defaults are the GPU's, and backend availability and free memory are not looked at.
 
 Refused up front, each naming its flag: unknown names, a value listed twice, sizes out of range
-(workload.MAX_*), timing flags that are not finite or out of range, a `--shard` that is not I/N
-or gets no point, `--devices` that do not exist here or are GPUs of different models, and a
-sweep none of whose points fits in free GPU memory or, on the CPU, in the memory the machine has
-available (points that do not fit, beside ones that do, become `skipped` rows: SweepPlan.unfit).
-A sharded plan holds its shard's points only.
+(workload.MAX_*), timing flags that are not finite or out of range, and a sweep none of whose
+points fits in free GPU memory or, on the CPU, in the memory the machine has available (points
+that do not fit, beside ones that do, become `skipped` rows: SweepPlan.unfit). Where the sweep
+runs and which share of its points (`--devices`, `--shard`) are the job's (runs/kernel.py): it
+passes them in, and a sharded plan holds its shard's points only.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -28,8 +29,6 @@ from attnbench.kernels.inputs import available_host_bytes, host_bytes, input_byt
 from attnbench.kernels.sweep import SweepPlan
 from attnbench.kernels.timing import MODES, TimingConfig
 from attnbench.kernels.workload import DEFAULT_STRATEGIES, KINDS, STRATEGIES, SweepPoint, build_batch
-from attnbench.workers.devices import parse_devices, resolve_devices
-from attnbench.workers.shards import parse_shard, shard_points
 
 # The seed's token counts on a GPU. The CPU reference runs a tenth of them on short contexts: a
 # decode batch of 1000 x 1024 tokens at 32 x 128 is 17 GB of KV cache, minutes of CPU time.
@@ -196,46 +195,30 @@ def build_points(args: KernelArgs) -> list[SweepPoint]:
     return points
 
 
-def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
+def plan_sweep(args: KernelArgs, machine: bool = True, device: torch.device | None = None,
+               share: Callable[[list[SweepPoint]], list[SweepPoint]] | None = None) -> SweepPlan:
     """Validate every value and decide everything the sweep needs; run nothing.
 
     machine=True: for this machine (its device, its backends, its free memory), with notices
     for the defaults chosen on the user's behalf. machine=False: the values alone, as a GPU sees them.
+    device: where the sweep runs (default: args.device); share(points): the points this run
+    measures of the sweep's (a shard of them; runs/kernel.py), before memory is looked at.
     """
     check_strategies(args.strategies)
     check_lists(args)
-    shard = parse_shard(args.shard)
-    device = resolve_device(args.device) if machine else torch.device("cuda")
-    if args.devices:
-        if args.device != "auto":
-            raise UsageError(f"--device/--devices: give one of them (--device {args.device} runs on one device, "
-                             f"--devices {args.devices} on each of several)")
-        devices = resolve_devices(args.devices) if machine else parse_devices(args.devices)
-        device = torch.device(devices[0]) if machine else device
+    device = device or (resolve_device(args.device) if machine else torch.device("cuda"))
     on_cpu = device.type == "cpu"
     defaults = CPU_DEFAULTS if on_cpu else GPU_DEFAULTS
-    scaled = [f"--{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
-              for k, v in defaults.items() if getattr(args, k) is None]
-    tokens, context = args.tokens or defaults["tokens"], args.context or defaults["context"]
     budget = args.budget_ms if args.budget_ms is not None else (200.0 if on_cpu else 1000.0)
     check_timing(budget, args.rel_spread)
-    point_timeout = point_timeout_s(args.point_timeout, device)
-    if not (isinstance(point_timeout, (int, float)) and 0 < point_timeout <= 86400):
-        raise UsageError(f"--point-timeout: must be a number of seconds above 0 and at most 86400, got {point_timeout}")
-    replicates = args.replicates if args.replicates is not None else DEFAULT_REPLICATES.get(device.type, 1)
-    if isinstance(replicates, bool) or not isinstance(replicates, int) or not 1 <= replicates <= MAX_REPLICATES:
-        raise UsageError(f"--replicates: must be a whole number from 1 to {MAX_REPLICATES}, got {replicates}")
+    point_timeout, replicates = check_counts(args, device)
     if machine and EXTRA_BACKEND_ERRORS:
         raise UsageError(EXTRA_BACKEND_ERRORS[0])
-    points = build_points(replace(args, tokens=tokens, context=context))
+    points = build_points(replace(args, tokens=args.tokens or defaults["tokens"],
+                                  context=args.context or defaults["context"]))
     if not points:
         raise UsageError("--shapes/--tokens: nothing to measure")
-    if shard is not None:
-        every = len(points)
-        points = list(shard_points(tuple(points), *shard))
-        if not points:
-            raise UsageError(f"--shard {args.shard}: the sweep has {every} point(s), so shard {shard[0]} of "
-                             f"{shard[1]} gets none; use at most {every} shards")
+    points = share(points) if share else points
     modes = resolve_modes(args.modes, device)
     if not machine:
         for name in args.backends or []:
@@ -243,6 +226,30 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
         return SweepPlan(tuple(points), tuple(args.backends or ()), tuple(args.strategies), tuple(modes),
                          TimingConfig(budget_ms=budget, rel_spread=args.rel_spread), str(device),
                          replicates=replicates)
+    backends = check_backends(args, points, device)
+    unfit = check_fits(points, device)
+    left_out = {id(point) for point, _ in unfit}
+    points = [p for p in points if id(p) not in left_out]
+    timing = TimingConfig(cold_l2=args.cold_l2 and not on_cpu, budget_ms=budget, rel_spread=args.rel_spread,
+                          warmup_ms=0.0 if on_cpu else 25.0, min_samples=3 if on_cpu else 10)
+    return SweepPlan(tuple(points), tuple(backends), tuple(args.strategies), tuple(modes), timing, str(device),
+                     notices=tuple(notices(args, device, backends, modes, unfit)), isolate=args.isolate,
+                     point_timeout_s=float(point_timeout), replicates=replicates, unfit=tuple(unfit))
+
+
+def check_counts(args: KernelArgs, device: torch.device) -> tuple[float, int]:
+    """(point timeout, replicates), the device's defaults where not given, each in range."""
+    point_timeout = point_timeout_s(args.point_timeout, device)
+    if not (isinstance(point_timeout, (int, float)) and 0 < point_timeout <= 86400):
+        raise UsageError(f"--point-timeout: must be a number of seconds above 0 and at most 86400, got {point_timeout}")
+    replicates = args.replicates if args.replicates is not None else DEFAULT_REPLICATES.get(device.type, 1)
+    if isinstance(replicates, bool) or not isinstance(replicates, int) or not 1 <= replicates <= MAX_REPLICATES:
+        raise UsageError(f"--replicates: must be a whole number from 1 to {MAX_REPLICATES}, got {replicates}")
+    return point_timeout, replicates
+
+
+def check_backends(args: KernelArgs, points: list[SweepPoint], device: torch.device) -> list[str]:
+    """The backends that run here; every strategy and every backend the user named can run something."""
     backends = resolve_backends(args.backends, device)
     for s in args.strategies:  # a strategy no backend of the run has would only make skipped rows
         if not any(s in REGISTRY[b].strategies for b in backends):
@@ -253,31 +260,32 @@ def plan_sweep(args: KernelArgs, machine: bool = True) -> SweepPlan:
             reasons = [get_backend(name).supports(p, s, device) for p in points for s in args.strategies]
             if all(reasons):
                 raise UsageError(reasons[0] if reasons[0].startswith("--") else f"--backend: {name}: {reasons[0]}")
-    unfit = check_fits(points, device)
-    left_out = {id(point) for point, _ in unfit}
-    points = [p for p in points if id(p) not in left_out]
+    return backends
 
-    notices = []
+
+def notices(args: KernelArgs, device: torch.device, backends: list[str], modes: list[str],
+            unfit: list[tuple[SweepPoint, str]]) -> list[str]:
+    """What was chosen on the user's behalf, or left out, said before the sweep runs."""
+    on_cpu = device.type == "cpu"
+    defaults = CPU_DEFAULTS if on_cpu else GPU_DEFAULTS
+    scaled = [f"--{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
+              for k, v in defaults.items() if getattr(args, k) is None]
+    said = []
     if unfit:
         point, why = unfit[0]
-        notices.append(f"{len(unfit)} point(s) cannot fit here (the first: {point.kind}, {point.num_tokens} tokens, "
-                       f"{point.num_heads}x{point.head_dim}, {why}): their rows are `skipped` with the reason.")
+        said.append(f"{len(unfit)} point(s) cannot fit here (the first: {point.kind}, {point.num_tokens} tokens, "
+                    f"{point.num_heads}x{point.head_dim}, {why}): their rows are `skipped` with the reason.")
     if on_cpu and scaled:
-        notices.append(f"CPU defaults: {' '.join(scaled)} (pass them to choose).")
+        said.append(f"CPU defaults: {' '.join(scaled)} (pass them to choose).")
     if on_cpu and args.backends is None:
-        notices.append("No GPU: running the reference backend on the CPU (plain torch, perf_counter timing).")
+        said.append("No GPU: running the reference backend on the CPU (plain torch, perf_counter timing).")
     elif all(REGISTRY[b].oracle for b in backends) and args.backends is None:
-        notices.append("No GPU kernel backend is available (see `attnbench backends`): "
-                       "timing the reference backend on the GPU.")
+        said.append("No GPU kernel backend is available (see `attnbench backends`): "
+                    "timing the reference backend on the GPU.")
     if not on_cpu and "graph" in modes and any(not REGISTRY[b].graph_safe for b in backends):
         unsafe = [b for b in backends if not REGISTRY[b].graph_safe]
-        notices.append(f"{', '.join(unsafe)} rows are eager only (not graph-safe).")
-
-    timing = TimingConfig(cold_l2=args.cold_l2 and not on_cpu, budget_ms=budget, rel_spread=args.rel_spread,
-                          warmup_ms=0.0 if on_cpu else 25.0, min_samples=3 if on_cpu else 10)
-    return SweepPlan(tuple(points), tuple(backends), tuple(args.strategies), tuple(modes), timing, str(device),
-                     notices=tuple(notices), isolate=args.isolate, point_timeout_s=float(point_timeout),
-                     replicates=replicates, unfit=tuple(unfit))
+        said.append(f"{', '.join(unsafe)} rows are eager only (not graph-safe).")
+    return said
 
 
 def check_measured(verdicts: dict[str, int], out_dir: Path) -> None:

@@ -46,7 +46,7 @@ from attnbench.kernels.timing import (
     time_kernels,
 )
 from attnbench.kernels.workload import Batch, SweepPoint, build_batch
-from attnbench.results.profiling import nvtx_range, profile_to_run
+from attnbench.profiler import nvtx_range, profile_to_run
 
 
 @dataclass(frozen=True)

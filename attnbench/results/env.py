@@ -24,6 +24,16 @@ import attnbench
 from attnbench.kernels.backends.registry import REGISTRY
 from attnbench.kernels.timing import cpu_threads
 
+# env.json entries whose values must agree for two sets of rows to be comparable (resume, merge)
+RESUME_MUST_MATCH = ("attnbench_version", "torch", "torch_cuda", "gpu.name", "backend_libraries")
+
+
+def env_value(env: dict, dotted: str):
+    """env["a"]["b"] for "a.b"; None where a level is missing."""
+    for part in dotted.split("."):
+        env = env.get(part) if isinstance(env, dict) else None
+    return env
+
 
 def _dist_version(name: str) -> str | None:
     try:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnbench.e2e.report import e2e_markdown, e2e_table, plot_e2e
+from attnbench.results.e2e_report import e2e_markdown, e2e_table, plot_e2e
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.results.compare import row_label
 from attnbench.results.files import COLUMNS, KEY_COLUMNS

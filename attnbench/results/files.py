@@ -17,7 +17,7 @@ import pandas as pd
 
 from attnbench.errors import AttnbenchError
 from attnbench.results.notes import summary_notes
-from attnbench.results.rundir import replace_atomic, write_text_atomic
+from attnbench.results.atomic import replace_atomic, write_text_atomic
 from attnbench.results.tables import markdown_table, md_lines, seed_table
 from attnbench.results.telemetry import ROW_COLUMNS
 

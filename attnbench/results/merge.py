@@ -17,15 +17,14 @@ from __future__ import annotations
 import copy
 import csv
 import io
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnbench.errors import AttnbenchError
 from attnbench.results.compare import load_env
+from attnbench.results.env import RESUME_MUST_MATCH, env_value
 from attnbench.results.read import ResultKind, canonical, load_run, row_default
-from attnbench.results.rundir import RESUME_MUST_MATCH, write_text_atomic
 
 MUST_MATCH = {"kernel": RESUME_MUST_MATCH, "e2e": (*RESUME_MUST_MATCH, "e2e.model_args")}
 RUN_ONLY = ("shard", "distributed", "devices")  # env.json entries that describe one input, not the merge
@@ -33,7 +32,7 @@ EXTRA_TABLES = ("agreement.csv", "telemetry.csv")  # measured beside results.csv
 
 
 @dataclass
-class RunDir:
+class MergeInput:
     """One input: its env.json, and its results.csv as text rows."""
 
     path: Path
@@ -61,7 +60,7 @@ def read_table(path: Path) -> tuple[list[str], list[dict]]:
     return list(reader.fieldnames or []), list(reader)
 
 
-def read_run_dir(path: Path) -> RunDir:
+def read_run_dir(path: Path) -> MergeInput:
     """A run directory, checked as compare and export check it; AttnbenchError naming it if it is not one."""
     if not os.path.isdir(path):
         what = "does not exist" if not os.path.lexists(path) else "is a file"
@@ -75,16 +74,10 @@ def read_run_dir(path: Path) -> RunDir:
         header, rows = read_table(path / "results.csv")
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise AttnbenchError(f"{path}/results.csv is unreadable ({exc})") from None
-    return RunDir(path, run.kind, env, header, rows)
+    return MergeInput(path, run.kind, env, header, rows)
 
 
-def env_value(env: dict, dotted: str):
-    for part in dotted.split("."):
-        env = env.get(part) if isinstance(env, dict) else None
-    return env
-
-
-def check_same_setup(runs: list[RunDir], allow_mixed: bool) -> dict[str, dict[str, object]]:
+def check_same_setup(runs: list[MergeInput], allow_mixed: bool) -> dict[str, dict[str, object]]:
     """What differs between the inputs' machines and software; refused unless allow_mixed."""
     mixed = {}
     for key in MUST_MATCH[runs[0].kind.name]:
@@ -131,7 +124,7 @@ def union_rows(sources: list[tuple[Path, list[str], list[dict]]], key, describe=
     return header, rows, dropped
 
 
-def merge_runs(runs: list[RunDir], allow_mixed: bool, command: str) -> Merged:
+def merge_runs(runs: list[MergeInput], allow_mixed: bool, command: str) -> Merged:
     real = [os.path.realpath(run.path) for run in runs]
     for i, path in enumerate(real):
         if path in real[:i]:
@@ -151,14 +144,14 @@ def merge_runs(runs: list[RunDir], allow_mixed: bool, command: str) -> Merged:
     return merged
 
 
-def extra_table(runs: list[RunDir], name: str) -> tuple[list[str], list[dict]]:
+def extra_table(runs: list[MergeInput], name: str) -> tuple[list[str], list[dict]]:
     """agreement.csv (e2e) or telemetry.csv: every input's rows, identical rows once."""
     sources = [(run.path, *read_table(run.path / name)) for run in runs if os.path.isfile(run.path / name)]
     header, rows, _ = union_rows(sources, key=lambda row: tuple(row.values()))
     return header, rows
 
 
-def merged_env(runs: list[RunDir], command: str, mixed: dict, dropped: int) -> dict:
+def merged_env(runs: list[MergeInput], command: str, mixed: dict, dropped: int) -> dict:
     env = {k: v for k, v in copy.deepcopy(runs[0].env).items() if k not in RUN_ONLY}
     env["command"] = command
     inputs = []
@@ -173,7 +166,7 @@ def merged_env(runs: list[RunDir], command: str, mixed: dict, dropped: int) -> d
     return env
 
 
-def shard_coverage(runs: list[RunDir]) -> dict:
+def shard_coverage(runs: list[MergeInput]) -> dict:
     """Which shards of a split the inputs hold (torchrun ranks that finished count as their shard)."""
     held: dict[int, set[int]] = {}
     for run in runs:
@@ -202,20 +195,3 @@ def notes(merged: dict, dropped: int) -> list[str]:
     if merged.get("mixed"):
         lines.append(f"--allow-mixed: the inputs differ in {', '.join(merged['mixed'])} (env.json: merged.mixed)")
     return lines
-
-
-def write_table(path: Path, header: list[str], rows: list[dict]) -> None:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=header, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text_atomic(path, buffer.getvalue())
-
-
-def write_merged(merged: Merged, out_dir: Path) -> None:
-    """results.csv, env.json and the extra tables; the outputs made from them are the caller's."""
-    write_table(out_dir / "results.csv", merged.header, merged.rows)
-    for name, (header, rows) in merged.tables.items():
-        if rows:
-            write_table(out_dir / name, header, rows)
-    write_text_atomic(out_dir / "env.json", json.dumps(merged.env, indent=2, default=str) + "\n")

@@ -28,7 +28,7 @@ from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 from typing import Iterator
 
-from attnbench.results.rundir import write_text_atomic
+from attnbench.results.atomic import write_text_atomic
 
 INTERVAL_S = 0.25
 # NVML's clock event (throttle) reasons that slow a running kernel; idle, application clocks and

@@ -1,13 +1,13 @@
 """A kernel sweep as a job: plan it, own its directory, run it, and write every output file.
 
 The CLI's `kernel` command and kernel scenarios both end here (torchrun ranks too, through
-workers/distributed.py, which reuses these steps). The run directory is claimed (new or empty,
-`--force`, or `--resume`) and locked for the run. A point's rows reach results.csv when the
+runs/kernel_ranks.py, which reuses these steps). The run directory is claimed (new or empty,
+`--force`, or `--resume`) and locked for the run (runs/rundir.py). A point's rows reach results.csv when the
 point is complete, so a run stopped by Ctrl-C or SIGTERM keeps every finished point and abandons
 the current one; parquet, summary.md, plots and the console table are then made from
 results.csv, and `--resume DIR` measures only the points it lacks. `--shard I/N` measures one
 share of the points (workers/shards.py) and `--devices` spreads them over local GPUs
-(workers/devices.py); env.json records both.
+(workers/devices.py); env.json records both. `plan_kernel` applies them to kernels.plan's sweep.
 
 In process, a kernel fault (an illegal address, a device-side assert) kills the CUDA context, and
 every later call fails with it: after each point the context is checked as an --isolate worker's
@@ -31,42 +31,64 @@ from attnbench.interrupts import SignalReceived, interrupted, signals_raise
 from attnbench.kernels.plan import KernelArgs, check_measured, plan_sweep
 from attnbench.kernels.sweep import SweepPlan, point_row, run_sweep
 from attnbench.kernels.workload import SweepPoint
-from attnbench.results import files, rundir
+from attnbench.results import files
 from attnbench.results.env import collect
 from attnbench.results.plots import plot_runs
 from attnbench.results.profiling import write_report
+from attnbench.runs.rundir import ResumeKey, RunDir
 from attnbench.workers import pool
-from attnbench.workers.devices import device_label, device_shares, resolve_devices, row_telemetry, run_sweep_devices
+from attnbench.workers.devices import (
+    device_label,
+    device_shares,
+    parse_devices,
+    resolve_devices,
+    row_telemetry,
+    run_sweep_devices,
+)
 from attnbench.workers.isolated import run_sweep_isolated
-from attnbench.workers.shards import parse_shard
+from attnbench.workers.shards import parse_shard, shard_points
 
-POINT_KEY = files.SWEEP_POINT_COLUMNS  # the SweepPoint fields, as results.csv spells them
+# a point is its SweepPoint fields, as results.csv spells them; finished with every backend x strategy x mode
+KEY = ResumeKey(tuple(files.SWEEP_POINT_COLUMNS), ("backend", "strategy", "mode"), files.ADDED_KEYS)
 
 
 def point_key(values: dict) -> tuple[str, ...]:
     """A point's identity from a row or from SweepPoint.key(), compared as CSV text."""
-    return tuple(str(files.cell(values.get(c, files.ADDED_KEYS.get(c)))) for c in POINT_KEY)
+    return KEY.of(values)
 
 
-def completed(rows: list[dict], plan: SweepPlan) -> set[tuple[str, ...]]:
-    """Points an earlier run finished for every backend x strategy x mode of this plan (a point
-    that failed as a whole, with one error row, counts as finished: the same inputs fail again)."""
-    needed = {(b, s, m) for b in plan.backends for s in plan.strategies for m in plan.modes}
-    seen: dict[tuple[str, ...], set] = {}
-    for row in rows:
-        seen.setdefault(point_key(row), set()).add((row.get("backend"), row.get("strategy"), row.get("mode")))
-    return {key for key, combos in seen.items() if needed <= combos or ("", "") in {c[1:] for c in combos}}
+def plan_kernel(args: KernelArgs, machine: bool = True) -> SweepPlan:
+    """kernels.plan.plan_sweep for this job: on the first of `--devices` (GPUs of one model that
+    exist here), measuring `--shard I/N`'s points only. machine=False checks the values alone."""
+    shard = parse_shard(args.shard)
+    device = None
+    if args.devices:
+        if args.device != "auto":
+            raise UsageError(f"--device/--devices: give one of them (--device {args.device} runs on one device, "
+                             f"--devices {args.devices} on each of several)")
+        devices = resolve_devices(args.devices) if machine else parse_devices(args.devices)
+        device = torch.device(devices[0]) if machine else None
+    return plan_sweep(args, machine, device, None if shard is None else lambda points: points_of_shard(points, args.shard))
 
 
-def resume_state(plan: SweepPlan, out_dir: Path, env: dict) -> tuple[set[tuple[str, ...]], list[dict]]:
-    """(points finished, rows kept) of the run in out_dir that this one resumes."""
-    old_env = rundir.read_env(out_dir)
-    rundir.check_resumable(old_env, env, out_dir)
+def points_of_shard(points: list[SweepPoint], text: str) -> list[SweepPoint]:
+    index, count = parse_shard(text)
+    mine = list(shard_points(tuple(points), index, count))
+    if not mine:
+        raise UsageError(f"--shard {text}: the sweep has {len(points)} point(s), so shard {index} of "
+                         f"{count} gets none; use at most {len(points)} shards")
+    return mine
+
+
+def resume_state(plan: SweepPlan, run: RunDir, env: dict) -> tuple[set[tuple[str, ...]], list[dict]]:
+    """(points finished, rows kept) of the run in its directory that this one resumes."""
+    old_env = run.read_env()
+    run.check_resumable(old_env, env)
     if old_env.get("shard") != env.get("shard"):
-        raise UsageError(f"--resume: {out_dir} measured shard {shard_text(old_env)}, this run shard "
+        raise UsageError(f"--resume: {run.path} measured shard {shard_text(old_env)}, this run shard "
                          f"{shard_text(env)}; resume it with its own --shard")
-    rows = rundir.read_rows(out_dir)
-    done = completed(rows, plan)
+    rows = run.read_rows()
+    done = KEY.completed(rows, {(b, s, m) for b in plan.backends for s in plan.strategies for m in plan.modes})
     return done, [{**files.ADDED_KEYS, **r} for r in rows if point_key(r) in done]
 
 
@@ -90,17 +112,18 @@ def run_env(command: list[str], args: KernelArgs, plan: SweepPlan) -> dict:
 
 
 def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
-    plan = plan_sweep(args)
+    plan = plan_kernel(args)
     for notice in plan.notices:  # every flag is valid by now: an error is always the only line
         console.print(f"[yellow]{notice}[/]")
     devices = resolve_devices(args.devices) if args.devices else None
     gpu_name = device_name(select(torch.device(plan.device)))
-    out_dir = rundir.claim(args.out, args.resume, args.force, default_out_dir(gpu_name or "cpu", "kernel"))
-    with rundir.locked(out_dir):
+    run = RunDir.claim(args.out, args.resume, args.force, default_out_dir(gpu_name or "cpu", "kernel"))
+    out_dir = run.path
+    with run.locked():
         env = run_env(command, args, plan)
         keep = None
         if args.resume:
-            done, keep = resume_state(plan, out_dir, env)
+            done, keep = resume_state(plan, run, env)
             todo = without(plan, done)
             console.print(f"resuming {out_dir}: {len(plan.points) - len(todo.points)} of {len(plan.points)} points "
                           "already measured")
@@ -109,8 +132,8 @@ def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
             plan = replace(plan, profile_out=out_dir)
         if devices:
             env["devices"] = device_shares(devices)
-        files.write_env(out_dir, env)
-        writer = files.RowWriter(out_dir, keep=keep)
+        run.write_env(env)
+        writer = run.row_writer(keep)
         where = ", ".join(devices) if devices else gpu_name or "cpu"
         console.print(f"{len(plan.points)} points x {len(plan.backends)} backend(s) x {len(plan.strategies)} "
                       f"strategies x {len(plan.modes)} mode(s) on {where} -> {out_dir}")
@@ -123,7 +146,7 @@ def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
         finally:
             writer.close()
             if devices:
-                files.write_env(out_dir, env)  # with each device's share
+                run.write_env(env)  # with each device's share
         if writer.rows or keep:
             try:
                 write_kernel_outputs(out_dir, env, console)

@@ -1,110 +1,20 @@
-"""What an e2e run concludes: greedy-token agreement between runs, metrics, the seed's table, plots.
+"""What an e2e run reports: the seed's table, summary.md, plots, and the outputs made from results.csv.
 
-Agreement. Two runs of one request batch (unified vs split, graph vs eager) are compared token by
-token. Up to and including a request's first divergent step both runs fed the model the same
-tokens, so there the logit difference is pure numerics; after it, inputs differ and logits are not
-comparable. Random-weight models have flat logits (the top two often sit within a few hundredths
-of the logit spread), so bf16 noise alone can flip a near-tie and send a request down another
-path: that is `near-tie`, not a bug. A run whose logits differ by more than LOGIT_TOLERANCE x the
-logit spread where inputs were identical is a `MISMATCH` (the seed's graph bug gave garbage:
-differences of several spreads). NaN or inf anywhere is `non-finite`.
+Agreement between runs is measured by the runner (e2e/agreement.py); this module reads the rows.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-import torch
 from rich.console import Console
 
+from attnbench.e2e.agreement import worst
 from attnbench.errors import AttnbenchError
 from attnbench.results.files import load_results, write_parquet
 from attnbench.results.tables import LINESTYLES, md_lines, strategies_in
-
-LOGIT_TOLERANCE = 0.5  # x the reference's logit spread (RMS about each position's mean)
-FAILING = ("MISMATCH", "non-finite")
-
-
-@dataclass(frozen=True)
-class Agreement:
-    verdict: str  # match, near-tie, MISMATCH or non-finite
-    tokens_equal: float  # share of (request, step) tokens that are equal
-    diverged_requests: int
-    first_divergence: str  # "request R step S" (the earliest step), or ""
-    max_logit_diff: float  # over the steps where both runs had the same inputs
-    logit_scale: float
-    margin_at_divergence: float  # reference: its token's logit minus the other run's token's logit
-    tolerance: float = LOGIT_TOLERANCE
-
-    def row(self) -> dict:
-        return asdict(self)
-
-
-def compare_generations(ref_tokens: list[list[int]], ref_logits: torch.Tensor, tokens: list[list[int]],
-                 logits: torch.Tensor, tolerance: float = LOGIT_TOLERANCE) -> Agreement:
-    """Agreement of a run with a reference run; logits are [request, step, vocab]."""
-    ref_t, other_t = torch.tensor(ref_tokens), torch.tensor(tokens)
-    differ = ref_t != other_t
-    steps = ref_t.shape[1]
-    first = torch.where(differ.any(dim=1), differ.int().argmax(dim=1), torch.full_like(differ[:, 0], steps, dtype=torch.long))
-    finite = bool(torch.isfinite(ref_logits).all()) and bool(torch.isfinite(logits).all())
-    max_diff, sum_sq, count = 0.0, 0.0, 0
-    for r in range(ref_t.shape[0]):  # one request at a time: float32 [steps, vocab] stays small
-        same = int(min(first[r], steps - 1)) + 1
-        ref = ref_logits[r, :same].float()
-        max_diff = max(max_diff, float((ref - logits[r, :same].float()).abs().max()))
-        sum_sq += float(((ref - ref.mean(dim=-1, keepdim=True)) ** 2).mean(dim=-1).sum())
-        count += same
-    scale = math.sqrt(sum_sq / count) if count else math.nan
-    where, margin = "", math.nan
-    if bool(differ.any()):
-        r = int(torch.argmin(first * ref_t.shape[0] + torch.arange(ref_t.shape[0])))  # earliest step, then request
-        s = int(first[r])
-        where = f"request {r} step {s}"
-        margin = float(ref_logits[r, s, int(ref_t[r, s])].float() - ref_logits[r, s, int(other_t[r, s])].float())
-    if not finite:
-        verdict = "non-finite"
-    elif not max_diff <= tolerance * scale:
-        verdict = "MISMATCH"
-    else:
-        verdict = "near-tie" if where else "match"
-    return Agreement(verdict, float((~differ).float().mean()), int(differ.any(dim=1).sum()), where,
-                     max_diff, scale, margin, tolerance)
-
-
-def worst(verdicts) -> str:
-    order = ["non-finite", "MISMATCH", "near-tie", "match"]
-    found = [v for v in verdicts if v in order]
-    return min(found, key=order.index) if found else ""
-
-
-def run_metrics(runs, batch_size: int, output_len: int) -> dict:
-    """Latency percentiles and step times over measured runs (engine.Generation objects)."""
-    def pct(values, q):
-        return float(np.percentile(values, q)) if values else math.nan
-
-    latency = [x for g in runs for x in g.latency_s]
-    totals = [g.total_s for g in runs]
-    steps = [s for g in runs for s in g.steps]
-    by_kind = {k: [s.device_ms for s in steps if s.kind == k] for k in ("prefill", "mixed", "decode")}
-    return {
-        "request_p50_s": pct(latency, 50), "request_p90_s": pct(latency, 90), "request_p99_s": pct(latency, 99),
-        "run_p50_s": pct(totals, 50), "output_tok_s": batch_size * output_len / pct(totals, 50),
-        "prefill_step_p50_ms": pct(by_kind["prefill"], 50), "mixed_step_p50_ms": pct(by_kind["mixed"], 50),
-        "decode_step_p50_ms": pct(by_kind["decode"], 50), "decode_step_p90_ms": pct(by_kind["decode"], 90),
-        "host_us_per_step": pct([s.host_us for s in steps], 50),
-        **{f"{k}_launch_host_us": pct([s.launch_host_us for s in steps if s.kind == k], 50)
-           for k in ("prefill", "mixed", "decode")},
-        **{f"{k}_steps_per_run": len(v) / len(runs) for k, v in by_kind.items()},
-        "graph_steps_per_run": sum(s.graph for s in steps) / len(runs),
-    }
-
-
-# --- tables ----------------------------------------------------------------------------------
 
 E2E_POINT = ["input_len", "output_len", "batch_size"]
 

@@ -1,0 +1,262 @@
+"""One run owns its directory: claim it, lock it, write into it atomically, record what it wrote, resume it.
+
+Why: a run into a directory that already held one used to overwrite results.csv and leave the
+old parquet beside it; two runs at once mixed their rows; a results.csv that was a symlink was
+followed; and `--force` removed files by their names, a user's own `notes.png` among them. Here,
+for every command that writes a run (kernel, e2e, scenarios, merge, calibrate):
+- a run claims `--out` only if it is new or empty; `--resume` keeps results.csv and env.json (and
+  the measured agreement.csv and telemetry.csv) and removes the outputs made from them;
+- every top-level file and folder a run writes is recorded in `.attnbench-files.json` (rewritten
+  atomically as they are written), and `--force` removes only those: never a file or folder it
+  did not record, and a link is unlinked, never followed. A directory with no record (made by an
+  attnbench from before the record) falls back to the names attnbench writes (OLD_OUTPUTS);
+- a lock file (`.attnbench.lock`, holding the pid) refuses a second live run in the directory;
+- files are written to a temporary name and renamed over the final one (results/atomic.py);
+- results.csv is appended row by row through a descriptor opened with O_NOFOLLOW (files.RowWriter).
+Resume keys: a point is finished when an earlier run holds a row for every (backend, strategy[,
+mode]) this run needs (ResumeKey, one implementation for the kernel and e2e jobs).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from attnbench.errors import UsageError
+from attnbench.results import files
+from attnbench.results.atomic import write_text_atomic
+from attnbench.results.env import RESUME_MUST_MATCH, env_value
+
+LOCK = ".attnbench.lock"
+RECORD = ".attnbench-files.json"
+SOURCES = ("results.csv", "env.json")  # what a resumed run needs
+# e2e's agreement rows and the GPU telemetry samples are measured, not derived
+KEPT_ON_RESUME = (*SOURCES, "agreement.csv", "telemetry.csv")
+# what attnbench wrote before it kept a record: a directory without one is cleared by these names
+OLD_OUTPUTS = (*SOURCES, "results.parquet", "summary.md", "agreement.csv", "telemetry.csv", "profile_kernels.csv",
+               "profile.md", "scenario.json")
+OLD_OUTPUT_GLOBS = ("*.png", "profile", "context-*", ".*.tmp")
+
+
+@dataclass(frozen=True)
+class ResumeKey:
+    """A point's identity (`columns`, compared as CSV text) and the row labels (`combo`) whose every
+    needed combination an earlier run must hold for the point to count as finished."""
+
+    columns: tuple[str, ...]
+    combo: tuple[str, ...]
+    defaults: dict = field(default_factory=dict)  # values of key columns older files lack
+
+    def of(self, values: dict) -> tuple[str, ...]:
+        return tuple(str(files.cell(values.get(c, self.defaults.get(c)))) for c in self.columns)
+
+    def completed(self, rows: list[dict], needed: set[tuple]) -> set[tuple[str, ...]]:
+        """Points with a row for every needed combination (a point that failed as a whole, one row
+        with no strategy, counts as finished: the same inputs fail again)."""
+        seen: dict[tuple[str, ...], set] = {}
+        for row in rows:
+            seen.setdefault(self.of(row), set()).add(tuple(row.get(c) for c in self.combo))
+        return {key for key, combos in seen.items()
+                if needed <= combos or any(all(v == "" for v in c[1:]) for c in combos)}
+
+
+def _os_error(flag: str, path: Path, exc: OSError) -> UsageError:
+    return UsageError(f"{flag}: cannot use {path}: {exc.strerror or exc}")
+
+
+def _remove(entry: Path) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry)
+    else:
+        entry.unlink()
+
+
+def _present(entry: Path) -> bool:
+    return entry.is_symlink() or entry.exists()
+
+
+def _stamp(entry: Path) -> tuple[bool, int, int]:
+    st = entry.lstat()
+    return entry.is_dir() and not entry.is_symlink(), st.st_ino, st.st_mtime_ns
+
+
+class RunDir:
+    """A claimed run directory: what attnbench wrote there, its lock, env.json and rows."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.written: set[str] = set()
+        self.has_record = (self.path / RECORD).is_file() and not (self.path / RECORD).is_symlink()
+        if self.has_record:
+            try:
+                self.written = set(json.loads((self.path / RECORD).read_text())["written"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise UsageError(f"--out: {self.path / RECORD} is unreadable ({exc}); remove it and try again") \
+                    from None
+
+    @classmethod
+    def claim(cls, out: Path | None, resume: Path | None, force: bool, default: Path) -> RunDir:
+        """The run's directory, prepared: `--resume DIR`, else `--out`, else `default`. Giving both
+        `--resume` and another `--out` is refused (a resumed run writes where it began)."""
+        if resume and out and Path(out) != Path(resume):
+            raise UsageError(f"--resume/--out: resume writes into {resume}; leave --out out or give the same path")
+        path = Path(resume or out or default)
+        return cls.prepare(path, force=force, resume=bool(resume), flag="--resume" if resume else "--out")
+
+    @classmethod
+    def prepare(cls, path: Path, force: bool = False, resume: bool = False, flag: str = "--out") -> RunDir:
+        """Make `path` ready for a run: new, emptied of what attnbench wrote (force) or resumable."""
+        if path.is_symlink() and not path.is_dir():
+            raise UsageError(f"{flag}: {path} is a symlink to a file, not a directory")
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"{flag}: {path} is a file, not a directory")
+        if resume and not path.is_dir():
+            raise UsageError(f"--resume: {path} is not a directory of an earlier run")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _os_error(flag, path, exc) from None
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise UsageError(f"{flag}: {path} is not writable")
+        run = cls(path)
+        if resume:
+            for name in SOURCES:
+                if (path / name).is_symlink() or not (path / name).is_file():
+                    raise UsageError(f"--resume: {path} holds no {name} of an earlier run to resume")
+            run.clear(keep=KEPT_ON_RESUME)
+            run.record(*(path / name for name in KEPT_ON_RESUME if (path / name).is_file()))
+        elif force:
+            run.clear()
+        else:
+            entries = [p for p in path.iterdir() if p.name != LOCK]
+            if entries:
+                raise UsageError(f"{flag}: {path} is not empty (it holds {entries[0].name}"
+                                 f"{f' and {len(entries) - 1} more' if len(entries) > 1 else ''}); "
+                                 "choose a new directory, --resume it or --force over it")
+        return run
+
+    def outputs(self, keep: tuple[str, ...] = ()) -> list[Path]:
+        """Entries of the directory that attnbench wrote (less `keep`), with leftover temporary files."""
+        if not self.has_record:
+            found = [self.path / n for n in (*SOURCES, *OLD_OUTPUTS) if n not in keep and _present(self.path / n)]
+            for pattern in OLD_OUTPUT_GLOBS:
+                found += [p for p in self.path.glob(pattern) if p.name not in keep]
+            return sorted(set(found))
+        found = [self.path / n for n in self.written if n not in keep and _present(self.path / n)]
+        for name in self.written:
+            found += self.path.glob(f".{name}.*.tmp")
+        return sorted(set(found))
+
+    def clear(self, keep: tuple[str, ...] = ()) -> None:
+        for entry in self.outputs(keep):
+            _remove(entry)
+        self.written &= set(keep)
+        self._save()
+
+    def record(self, *paths: Path) -> None:
+        """Note files or folders of this directory as written by attnbench (by their top-level name)."""
+        names = {Path(p).relative_to(self.path).parts[0] for p in paths}
+        if not names <= self.written:
+            self.written |= names
+            self._save()
+
+    def _save(self) -> None:
+        write_text_atomic(self.path / RECORD, json.dumps({"written": sorted(self.written)}, indent=1) + "\n")
+        self.has_record = True
+
+    @contextmanager
+    def recording(self) -> Iterator[RunDir]:
+        """Record what the block writes at the top of the directory: new entries, and files that
+        were rewritten. A folder that was there before is not taken over by a write inside it."""
+        before = {p.name: _stamp(p) for p in self.path.iterdir()}
+        try:
+            yield self
+        finally:
+            changed = []
+            for entry in self.path.iterdir():
+                if entry.name in (LOCK, RECORD) or entry.name.endswith(".tmp"):
+                    continue
+                old = before.get(entry.name)
+                if old is None or (not old[0] and old != _stamp(entry)):
+                    changed.append(entry)
+            self.record(*changed)
+
+    @contextmanager
+    def locked(self) -> Iterator[RunDir]:
+        """Hold the lock file for the run, recording what it writes; a stale lock is taken over."""
+        lock = self.path / LOCK
+        for _ in range(2):
+            try:
+                fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+                break
+            except FileExistsError:
+                try:
+                    pid = int(lock.read_text().strip() or 0)
+                except (OSError, ValueError):
+                    pid = 0
+                if pid and pid != os.getpid() and _pid_alive(pid):
+                    raise UsageError(f"--out: another attnbench run (pid {pid}) is writing to {self.path}") from None
+                lock.unlink(missing_ok=True)
+        else:
+            raise UsageError(f"--out: cannot lock {self.path}")
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        try:
+            with self.recording():
+                yield self
+        finally:
+            lock.unlink(missing_ok=True)
+
+    def write_text(self, name: str, text: str) -> Path:
+        self.record(self.path / name)
+        return write_text_atomic(self.path / name, text)
+
+    def write_env(self, env: dict) -> None:
+        self.record(self.path / "env.json")
+        files.write_env(self.path, env)
+
+    def row_writer(self, keep: list[dict] | None = None) -> files.RowWriter:
+        """results.csv, appended a finished point at a time (rewritten with `keep` on resume)."""
+        self.record(self.path / "results.csv")
+        return files.RowWriter(self.path, keep=keep)
+
+    def read_env(self) -> dict:
+        try:
+            env = json.loads((self.path / "env.json").read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UsageError(f"--resume: {self.path}/env.json is unreadable ({exc})") from None
+        if not isinstance(env, dict):
+            raise UsageError(f"--resume: {self.path}/env.json is not a JSON object")
+        return env
+
+    def check_resumable(self, old_env: dict, new_env: dict) -> None:
+        """Refuse to add rows measured on another GPU or with other library versions."""
+        for key in RESUME_MUST_MATCH:
+            old, new = env_value(old_env, key), env_value(new_env, key)
+            if old != new:
+                raise UsageError(f"--resume: {self.path} was measured with {key} = {old!r}, this run has {new!r}; "
+                                 "start a new directory instead")
+
+    def read_rows(self) -> list[dict]:
+        """The rows of an earlier run's results.csv, as strings."""
+        try:
+            with (self.path / "results.csv").open(newline="") as f:
+                return list(csv.DictReader(f))
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            raise UsageError(f"--resume: {self.path}/results.csv is unreadable ({exc})") from None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
