@@ -132,7 +132,7 @@ def test_bad_devices_are_one_line(tmp_path, flags, says):
 def test_flags_that_torchrun_decides_are_refused(flag, value, says):
     from attnbench.errors import UsageError
     from attnbench.kernels.plan import KernelArgs
-    from attnbench.workers.distributed import RankRun, rank_args
+    from attnbench.runs.kernel_ranks import RankRun, rank_args
 
     with pytest.raises(UsageError, match=says.replace("/", ".")):
         rank_args(KernelArgs(shapes=[(4, 32)], **{flag: value}), RankRun(rank=1, world=2, local_rank=1))

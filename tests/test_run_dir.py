@@ -22,7 +22,8 @@ from attnbench.cli.main import app
 from attnbench.e2e import runner as e2e_runner
 from attnbench.errors import UsageError
 from attnbench.kernels import sweep
-from attnbench.results import rundir
+from attnbench.results.atomic import replace_atomic, write_text_atomic
+from attnbench.runs import rundir
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL = ["kernel", "--heads", "4", "--kv-heads", "2", "--dim", "32", "--tokens", "4,8,12", "--kind", "decode,mixed",
@@ -101,10 +102,10 @@ def test_atomic_writes_replace_a_link_and_leave_nothing_behind_on_failure(tmp_pa
     target = tmp_path / "target.txt"
     target.write_text("untouched")
     (tmp_path / "out.txt").symlink_to(target)
-    rundir.write_text_atomic(tmp_path / "out.txt", "new")
+    write_text_atomic(tmp_path / "out.txt", "new")
     assert target.read_text() == "untouched" and (tmp_path / "out.txt").read_text() == "new"
     with pytest.raises(ZeroDivisionError):
-        rundir.replace_atomic(tmp_path / "x.txt", lambda tmp: 1 / 0)
+        replace_atomic(tmp_path / "x.txt", lambda tmp: 1 / 0)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt", "target.txt"]
 
 
@@ -203,7 +204,7 @@ def test_e2e_ctrl_c_then_resume_gives_the_rows_of_an_uninterrupted_run(tmp_path,
         return real(*args, **kwargs)
 
     with monkeypatch.context() as m:
-        m.setattr("attnbench.e2e.job.run_point", run_point)
+        m.setattr("attnbench.runs.e2e.run_point", run_point)
         result = invoke(*E2E, "--out", out)
     assert result.exit_code == 130 and "after 1 of 3" in last_line(result)
     assert (out / "summary.md").exists()
@@ -226,7 +227,7 @@ def test_prepare_keeps_what_a_resume_needs_and_clears_the_rest(tmp_path):
     for name in ("results.csv", "env.json", "results.parquet", "summary.md", "latency_x.png"):
         (tmp_path / name).write_text("x")
     (tmp_path / "profile").mkdir()
-    rundir.prepare(tmp_path, resume=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["env.json", "results.csv"]
+    rundir.RunDir.prepare(tmp_path, resume=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [rundir.RECORD, "env.json", "results.csv"]
     with pytest.raises(UsageError, match="not empty"):
-        rundir.prepare(tmp_path)
+        rundir.RunDir.prepare(tmp_path)

@@ -12,8 +12,8 @@ import pytest
 import typer
 
 from attnbench.cli import flags, scenario
-from attnbench.cli import run as run_cmd
 from attnbench.kernels import plan as kernel_plan
+from attnbench.runs import scenario as scenario_job
 from attnbench.results import files as report
 from attnbench.cli.main import app
 from attnbench.errors import UsageError
@@ -96,7 +96,7 @@ def test_seed_e2e_table_is_the_seeds_grid():
         "bad-context-in-list", "bad-strategy", "float-token", "bad-toml"])
 def test_a_bad_file_is_refused_naming_the_key_and_nothing_runs(tmp_path, monkeypatch, body, named, cli):
     ran = []
-    monkeypatch.setattr(run_cmd, "run_kernel", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr(scenario_job, "run_kernel", lambda *a, **k: ran.append(a))
     out = tmp_path / "out"
     result = cli("run", write(tmp_path, body), "--device", "cpu", "--mode", "eager", "--out", out)
     assert result.exit_code == 1
@@ -190,7 +190,7 @@ def test_cli_flags_override_the_file(tmp_path):
 
 
 def test_check_prints_the_sweeps_and_runs_nothing(tmp_path, monkeypatch, cli):
-    monkeypatch.setattr(run_cmd, "run_kernel", lambda *a, **k: pytest.fail("--check ran a sweep"))
+    monkeypatch.setattr(scenario_job, "run_kernel", lambda *a, **k: pytest.fail("--check ran a sweep"))
     # 256 x 32k tokens of KV cache is 34 GB: as if this machine had the memory (tests/test_bad_input.py
     # checks that --check refuses it when it does not)
     monkeypatch.setattr(kernel_plan, "available_host_bytes", lambda: 1 << 50)
@@ -218,7 +218,7 @@ def test_a_context_list_runs_one_sweep_each_into_one_results_dir(tmp_path, monke
 
 def test_a_single_sweep_runs_through_run_kernel(tmp_path, monkeypatch, cli):
     calls = []
-    monkeypatch.setattr(run_cmd, "run_kernel", lambda args, console, command: calls.append(args))
+    monkeypatch.setattr(scenario_job, "run_kernel", lambda args, console, command: calls.append(args))
     assert cli("run", SCENARIOS / "seed-kernel-table.toml", *TINY, "--out", tmp_path / "o").exit_code == 0
     (args,) = calls
     assert (args.shapes, args.kinds, args.tokens, args.context, args.out) == (

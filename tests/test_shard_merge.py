@@ -16,7 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench.cli.main import app
-from attnbench.kernels.plan import KernelArgs, plan_sweep
+from attnbench.kernels.plan import KernelArgs
+from attnbench.runs.kernel import plan_kernel
 from attnbench.results.files import KEY_COLUMNS
 
 SWEEP = ["kernel", "--heads", "4", "--kv-heads", "2", "--dim", "32", "--tokens", "4,8,12", "--kind", "decode,prefill",
@@ -54,9 +55,9 @@ def runs(tmp_path_factory):
 def test_shards_partition_the_plan_for_any_count():
     args = KernelArgs(shapes=[(4, 32), (8, 64)], kv_heads=2, tokens=[4, 8, 12, 16, 20], kinds=["decode", "prefill"],
                       context="32", device="cpu")
-    every = plan_sweep(args).points
+    every = plan_kernel(args).points
     for count in range(1, 8):
-        shards = [plan_sweep(KernelArgs(**{**vars(args), "shard": f"{i}/{count}"})).points for i in range(count)]
+        shards = [plan_kernel(KernelArgs(**{**vars(args), "shard": f"{i}/{count}"})).points for i in range(count)]
         seen = [p for shard in shards for p in shard]
         assert sorted(map(repr, seen)) == sorted(map(repr, every)), count  # disjoint, and the whole plan
         assert max(map(len, shards)) - min(map(len, shards)) <= 1, count

@@ -14,8 +14,8 @@ from rich.table import Table
 
 from attnbench.cli.common import user_errors
 from attnbench.console import make_console
-from attnbench.results import rundir
 from attnbench.results.calibrate import calibrate_pair, run_pair
+from attnbench.runs.rundir import RunDir
 
 
 def calibrate(
@@ -35,10 +35,11 @@ def calibrate(
     console = make_console()
     out = out or Path("results") / f"{dt.datetime.now():%Y%m%d-%H%M%S}-calibrate"
     with user_errors(console):
-        rundir.prepare(out)
-        a, b = run_pair(list(ctx.args), out, lambda line: console.print(escape(line), highlight=False))
+        run = RunDir.prepare(out)
+        with run.recording():
+            a, b = run_pair(list(ctx.args), out, lambda line: console.print(escape(line), highlight=False))
         result = calibrate_pair(a, b)
-        rundir.write_text_atomic(out / "calibrate.json", result.to_json())
+        run.write_text("calibrate.json", result.to_json())
     table = Table("row", "a ms", "b ms", "b / a", "interval", "method", "spread a", "spread b", "clean needs")
     for r in result.rows.itertuples(index=False):
         table.add_row(escape(r.label), f"{r.base_time:.4f}", f"{r.new_time:.4f}", f"{r.ratio:.3f}",

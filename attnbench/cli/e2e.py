@@ -11,9 +11,9 @@ from attnbench.cli.common import command_line, user_errors
 from attnbench.cli.flags import e2e_args
 from attnbench.console import make_console
 from attnbench.e2e.model import PRESETS
-from attnbench.e2e.job import run_e2e
 from attnbench.e2e.parallel import exit_now, teardown_code
 from attnbench.e2e.runner import SEED_BATCH_SIZES, SEED_INPUT_LENS, SEED_OUTPUT_LENS
+from attnbench.runs.e2e import run_e2e
 
 
 def e2e(

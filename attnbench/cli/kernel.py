@@ -13,9 +13,9 @@ from attnbench.cli.common import command_line, user_errors
 from attnbench.cli.flags import kernel_args
 from attnbench.console import make_console
 from attnbench.kernels.backends.registry import REGISTRY
-from attnbench.kernels.job import run_kernel
+from attnbench.runs.kernel import run_kernel
+from attnbench.runs.kernel_ranks import run_kernel_ranks
 from attnbench.workers import distributed
-from attnbench.workers.distributed import run_kernel_ranks
 
 
 def kernel(

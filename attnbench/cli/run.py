@@ -1,35 +1,24 @@
 """`attnbench run scenarios/NAME.toml`: a declarative sweep, run by the same code as its command.
 
-A kernel scenario becomes KernelArgs and goes through kernels.job.run_kernel, once per context
-length it lists; an e2e scenario calls the `attnbench e2e` command with the file's values. What
+A kernel scenario becomes KernelArgs, one per context length it lists, and runs as a job
+(runs/scenario.py); an e2e scenario calls the `attnbench e2e` command with the file's values. What
 ran is recorded beside the results in scenario.json: the file's text, the overrides, the values.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import signal
 from pathlib import Path
 from typing import Annotated
 
-import pandas as pd
-import torch
 import typer
 from rich.console import Console
 
 from attnbench.cli.common import command_line, user_errors
 from attnbench.cli.flags import kernel_args
-from attnbench.cli.scenario import Scenario, command_callback, context_dir, load_scenario
-from attnbench.console import default_out_dir, make_console
-from attnbench.device import device_name
-from attnbench.errors import Interrupted, UsageError
-from attnbench.kernels.job import run_kernel
-from attnbench.kernels.plan import KernelArgs, plan_sweep
-from attnbench.kernels.sweep import SweepPlan
-from attnbench.results import files, rundir
-from attnbench.results.export import plot_results, to_csv, to_markdown
-from attnbench.results.notes import summary_notes
+from attnbench.cli.scenario import Scenario, command_callback, load_scenario
+from attnbench.console import make_console
+from attnbench.errors import UsageError
+from attnbench.runs.scenario import ScenarioPlan, preflight, run_kernel_scenario
 
 
 def run(
@@ -49,39 +38,15 @@ def run(
         sc = load_scenario(scenario, list(ctx.args))
         confine_paths_from_file(sc, list(ctx.args))
         console = make_console(bool(sc.values.get("json_rows")))
-        plan = preflight(sc) if sc.command == "kernel" else None
+        plan = preflight([kernel_args({**sc.values, "context": c}) for c in sc.contexts]) \
+            if sc.command == "kernel" else None
         if check:
             print_plan(console, sc, plan)
         elif plan is None:
             command_callback("e2e")(**sc.values)
         else:
-            run_kernel_scenario(sc, plan, console)
-
-
-@dataclasses.dataclass
-class ContextSweep:
-    """One sweep of a scenario: the args it runs with and the plan they gave on this machine."""
-
-    context: str
-    args: KernelArgs
-    plan: SweepPlan
-
-
-@dataclasses.dataclass
-class ScenarioPlan:
-    gpu: str | None
-    sweeps: list[ContextSweep]
-
-
-def preflight(sc: Scenario) -> ScenarioPlan:
-    """Every sweep of the scenario, planned on this machine (memory included) before any runs."""
-    sweeps = []
-    for context in sc.contexts:
-        args = kernel_args({**sc.values, "context": context})
-        plan = plan_sweep(args)
-        sweeps.append(ContextSweep(plan.points[0].context, args, plan))
-    device = torch.device(sweeps[0].plan.device)
-    return ScenarioPlan(device_name(device), sweeps)
+            command = command_line()
+            run_kernel_scenario(sc.name, plan, console, command, scenario_record(sc, command))
 
 
 def confine_paths_from_file(sc: Scenario, argv: list[str]) -> None:
@@ -99,65 +64,11 @@ def confine_paths_from_file(sc: Scenario, argv: list[str]) -> None:
                              f"(give --{key} on the command line to write elsewhere)")
 
 
-def run_kernel_scenario(sc: Scenario, plan: ScenarioPlan, console: Console) -> Path:
-    first = plan.sweeps[0].args
-    out = Path(first.resume or first.out or default_out_dir(plan.gpu or "cpu", sc.name))
-    command = command_line()
-    if len(plan.sweeps) == 1:
-        run_kernel(dataclasses.replace(first, out=out if not first.resume else None), console, command)
-        record(sc, out, command)
-        return out
-    # one sweep per context into out/context-*/, merged into out when all are done
-    if first.resume:
-        if not any(out.glob("context-*/results.csv")):
-            raise UsageError(f"--resume: {out} holds no sweep of this scenario to resume")
-        for entry in rundir.attnbench_outputs(out):
-            if not entry.name.startswith("context-"):
-                entry.unlink()
-    else:
-        rundir.prepare(out, force=first.force)
-    with rundir.locked(out):
-        parts = [out / context_dir(sweep.context) for sweep in plan.sweeps]
-        for part, sweep in zip(parts, plan.sweeps):
-            console.rule(f"{sc.name}: context {sweep.context}")
-            resumable = first.resume and (part / "results.csv").is_file()
-            part_args = dataclasses.replace(sweep.args, out=None if resumable else part,
-                                            resume=part if resumable else None, force=False)
-            try:
-                run_kernel(part_args, console, command)
-            except Interrupted as exc:
-                number = exc.exit_code - 128
-                raise Interrupted(f"interrupted by {signal.Signals(number).name} in context {sweep.context}; {out} "
-                                  f"holds the finished sweeps (finish it with the same flags and --resume {out})",
-                                  number) from None
-        merge_runs(parts, out, console)
-        record(sc, out, command)
-    return out
-
-
-def merge_runs(parts: list[Path], out: Path, console: Console) -> None:
-    """One results directory from several sweeps: rows, parquet, env, summary and plots."""
-    df = pd.concat([files.load_results(p / "results.csv") for p in parts], ignore_index=True)
-    rundir.write_text_atomic(out / "results.csv", to_csv(df))
-    files.write_parquet(df, out)
-    rundir.write_text_atomic(out / "env.json", (parts[0] / "env.json").read_text())
-    rundir.write_text_atomic(out / "summary.md", "# attnbench kernel summary\n\n" + to_markdown(df) + "\n"
-                             + "\n".join(summary_notes(df)))
-    telemetry = [p / "telemetry.csv" for p in parts if (p / "telemetry.csv").is_file()]
-    if telemetry:  # one header, then every sweep's samples
-        texts = [t.read_text().splitlines(keepends=True) for t in telemetry]
-        rundir.write_text_atomic(out / "telemetry.csv", "".join([texts[0][0], *(line for t in texts for line in t[1:])]))
-    plots = plot_results([("", df)], out)
-    console.print(f"merged {len(df)} rows of {len(parts)} sweeps: {out}/results.csv, summary.md, env.json, "
-                  f"{len(plots)} plot(s)")
-
-
-def record(sc: Scenario, out: Path, command: list[str]) -> None:
+def scenario_record(sc: Scenario, command: list[str]) -> dict:
+    """scenario.json: the file, the command line, the values it ran with."""
     values = {k: str(v) if isinstance(v, Path) else v for k, v in sc.values.items()}
-    out.mkdir(parents=True, exist_ok=True)
-    rundir.write_text_atomic(out / "scenario.json", json.dumps(
-        {"scenario": str(sc.path), "command": " ".join(command), "values": values, "contexts": sc.contexts,
-         "text": sc.text}, indent=2) + "\n")
+    return {"scenario": str(sc.path), "command": " ".join(command), "values": values, "contexts": sc.contexts,
+            "text": sc.text}
 
 
 def print_plan(console: Console, sc: Scenario, plan: ScenarioPlan | None) -> None:

@@ -20,7 +20,6 @@ ranks would share OUT; run it as `--shard I/N` jobs and `attnbench merge` them.
 from __future__ import annotations
 
 import difflib
-import re
 import types
 import typing
 from dataclasses import dataclass
@@ -38,7 +37,8 @@ from attnbench.cli import e2e, kernel
 from attnbench.cli.flags import e2e_args, kernel_args
 from attnbench.e2e.runner import length_pairs, validate_args
 from attnbench.errors import UsageError
-from attnbench.kernels.plan import check_unique, plan_sweep
+from attnbench.kernels.plan import check_unique
+from attnbench.runs.kernel import plan_kernel
 from attnbench.workers import distributed
 
 COMMANDS = {"kernel": kernel.kernel, "e2e": e2e.e2e}  # command name -> the function behind it
@@ -224,8 +224,4 @@ def read_text(path: Path) -> str:
 
 def check_kernel_values(values: dict) -> None:
     """Every value of one kernel sweep, checked by the function that plans the sweep itself."""
-    plan_sweep(kernel_args(values), machine=False)
-
-
-def context_dir(context: str) -> str:
-    return "context-" + re.sub(r"[^0-9a-z]+", "-", str(context).lower()).strip("-")
+    plan_kernel(kernel_args(values), machine=False)

@@ -3,7 +3,7 @@
 Why it exists: tensor parallelism must not change what the model computes. It does change the
 last bits (each row-parallel GEMM's sum is split over the ranks and summed again in the model's
 dtype by the all-reduce), so on random weights' flat logits a near-tie may flip
-(report.compare_generations says `near-tie`); a wrong shard, a query head paired with another
+(agreement.compare_generations says `near-tie`); a wrong shard, a query head paired with another
 rank's KV head, or a graph replaying a stale all-reduce gives garbage, a `MISMATCH`.
 
 Rank 0 first runs the whole model alone (it must fit one device), then every rank runs its

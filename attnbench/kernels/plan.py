@@ -1,8 +1,8 @@
 """Parsed kernel flags -> a SweepPlan: the one place that validates a sweep and fills its defaults.
 
 `attnbench kernel`, `attnbench run` (and its `--check`) and the scenario-file checks all call
-`plan_sweep` (through runs/kernel.py's plan_kernel), so a value refused here is refused the same way everywhere. With `machine=False`
-it checks only what the values say (for a file read on a machine that will not run it): device
+`plan_sweep` (through runs/kernel.py's plan_kernel), so a value refused here is refused the same
+way everywhere. With `machine=False` it checks only what the values say (for a file read on a machine that will not run it): device
 defaults are the GPU's, and backend availability and free memory are not looked at.
 
 Refused up front, each naming its flag: unknown names, a value listed twice, sizes out of range

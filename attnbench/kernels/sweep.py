@@ -278,7 +278,7 @@ def run_sweep(plan: SweepPlan, gpu_name: str | None, on_row: Callable[[dict], No
     cached memory), then on_point_done(point) says it is complete. An interrupt (KeyboardInterrupt,
     SIGTERM) propagates before on_point_done: the caller can tell a finished point from an
     abandoned one. So may what after_point raises: a kernel job's checks there that the point left
-    the CUDA context alive (kernels/job.py), since after a kernel fault every later call fails."""
+    the CUDA context alive (runs/kernel.py), since after a kernel fault every later call fails."""
     for point in plan.points:
         try:
             with nvtx_range(f"point {point.kind} N={point.num_tokens} {point.num_heads}x{point.head_dim}"):

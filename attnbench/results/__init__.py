@@ -1,1 +1,2 @@
-"""Result files and what is made from them: CSV/Parquet/env.json, tables, compare, export, plots, profiles."""
+"""Result files and what is made from them: CSV/Parquet/env.json, tables, compare, export, plots,
+the e2e report, profiles."""

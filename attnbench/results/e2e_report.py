@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 from rich.console import Console
 
-from attnbench.e2e.agreement import worst
+from attnbench.e2e.agreement import LOGIT_TOLERANCE, worst
 from attnbench.errors import AttnbenchError
 from attnbench.results.files import load_results, write_parquet
 from attnbench.results.tables import LINESTYLES, md_lines, strategies_in

@@ -2,8 +2,8 @@
 
 The CLI's `kernel` command and kernel scenarios both end here (torchrun ranks too, through
 runs/kernel_ranks.py, which reuses these steps). The run directory is claimed (new or empty,
-`--force`, or `--resume`) and locked for the run (runs/rundir.py). A point's rows reach results.csv when the
-point is complete, so a run stopped by Ctrl-C or SIGTERM keeps every finished point and abandons
+`--force`, or `--resume`) and locked for the run (runs/rundir.py). A point's rows reach
+results.csv when the point is complete, so a run stopped by Ctrl-C or SIGTERM keeps every finished point and abandons
 the current one; parquet, summary.md, plots and the console table are then made from
 results.csv, and `--resume DIR` measures only the points it lacks. `--shard I/N` measures one
 share of the points (workers/shards.py) and `--devices` spreads them over local GPUs
@@ -68,7 +68,8 @@ def plan_kernel(args: KernelArgs, machine: bool = True) -> SweepPlan:
                              f"--devices {args.devices} on each of several)")
         devices = resolve_devices(args.devices) if machine else parse_devices(args.devices)
         device = torch.device(devices[0]) if machine else None
-    return plan_sweep(args, machine, device, None if shard is None else lambda points: points_of_shard(points, args.shard))
+    share = None if shard is None else (lambda points: points_of_shard(points, args.shard))
+    return plan_sweep(args, machine, device, share)
 
 
 def points_of_shard(points: list[SweepPoint], text: str) -> list[SweepPoint]:

@@ -16,8 +16,9 @@ start: spawning, imports and a model on a busy machine are not a hung point):
   `crashed` (`after_dead_context`), their reason the CUDA error that was seen.
 
 A healthy worker is reused, so its start-up (and an e2e model) is paid once. FA2's first use of a
-kernel module on Hopper blocks 1-2 minutes while the driver compiles PTX (KERNELS.md): the
-default timeouts (600 s on a GPU) sit well above that.
+kernel module on Hopper blocks while the driver compiles the library's PTX, for minutes rather
+than seconds (the FA2 page under docs/kernels/ says more): the default timeouts (600 s on a GPU)
+sit well above that.
 """
 
 from __future__ import annotations

@@ -1,0 +1,65 @@
+"""`attnbench merge` as a job: claim the output run directory and write the merged run into it.
+
+results/merge.py reads, checks and joins the inputs (rows and env.json); here the merged run is
+written like any other run (runs/rundir.py: claimed new or empty, or `--force`, locked, every file
+recorded), and the outputs made from the merged results.csv (parquet, summary.md, plots, the
+console table) come from the writers the kernel and e2e jobs use, so a merged run looks like one
+that measured every point.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+
+from rich.console import Console
+
+from attnbench.errors import UsageError
+from attnbench.results.e2e_report import write_e2e_outputs
+from attnbench.results.merge import Merged, merge_runs, read_run_dir
+from attnbench.runs.kernel import write_kernel_outputs
+from attnbench.runs.rundir import LOCK, RunDir
+
+
+def run_merge(runs: list[Path], out: Path, allow_mixed: bool, force: bool, command: str, console: Console) -> Path:
+    """Merge the run directories `runs` into `out`; refused before anything is written if it cannot be."""
+    inputs = [read_run_dir(path) for path in runs]
+    real_out = os.path.realpath(out)
+    for run in inputs:
+        if os.path.realpath(run.path) == real_out:
+            raise UsageError(f"--out: {out} is one of the runs being merged; choose a new directory")
+    merged = merge_runs(inputs, allow_mixed, command)
+    held = sorted(p.name for p in out.iterdir() if p.name != LOCK) if out.is_dir() and not force else []
+    if held:
+        raise UsageError(f"--out: {out} is not empty (it holds {held[0]}"
+                         f"{f' and {len(held) - 1} more' if len(held) > 1 else ''}); choose a new directory "
+                         "or --force over it")
+    run = RunDir.prepare(out, force=force)
+    with run.locked():
+        write_merged(merged, run)
+        console.print(f"merged {len(merged.rows)} rows of {len(inputs)} run(s) into {run.path}")
+        for note in merged.notes:
+            console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+        write = write_kernel_outputs if merged.kind.name == "kernel" else write_e2e_outputs
+        write(run.path, merged.env, console)
+    return run.path
+
+
+def table_text(header: list[str], rows: list[dict]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=header, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def write_merged(merged: Merged, run: RunDir) -> None:
+    """results.csv, env.json and the extra tables; the outputs made from them are the caller's."""
+    run.write_text("results.csv", table_text(merged.header, merged.rows))
+    for name, (header, rows) in merged.tables.items():
+        if rows:
+            run.write_text(name, table_text(header, rows))
+    run.write_text("env.json", json.dumps(merged.env, indent=2, default=str) + "\n")
