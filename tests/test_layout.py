@@ -1,9 +1,11 @@
-"""The package's shape: no import cycles, a why-docstring on every module, files one can read.
+"""The package's shape: layers that import only downward, no import cycles, a why-docstring on
+every module, files and functions one can read.
 
 Imports are read from the source with `ast`: module-level and function-level `import` and
 `from ... import`, and `importlib.import_module("literal")`. Importing `a.b.c` also runs `a` and
 `a.b`'s __init__, so a module depends on its parent packages too. A cycle in that graph is a
-module that imports one that imports it back.
+module that imports one that imports it back. By folder, every import goes to the same or a
+lower layer of LAYERS.
 """
 
 from __future__ import annotations
@@ -16,6 +18,23 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "attnbench"
 MAX_LINES = 320  # STYLE.md: aim for <= 300; a file past this holds two things
+MAX_FUNCTION_LINES = 60  # STYLE.md: a function past this holds two things
+
+# The layers, top to bottom (docs/architecture.md explains them). A module of a layer imports
+# modules of its own layer or of lower ones, never of a higher one. A layer is a folder of
+# attnbench/ (kernels/backends is part of kernels) or a top-level module; the bottom ones share a floor.
+LAYERS = [
+    ["__main__"],
+    ["cli"],
+    ["runs"],
+    ["console"],
+    ["workers"],
+    ["results"],
+    ["e2e"],
+    ["kernels"],
+    ["profiler", "device", "interrupts"],
+    ["errors"],
+]
 
 
 def module_name(path: Path) -> str:
@@ -46,6 +65,31 @@ def dependencies(name: str) -> set[str]:
     deps.update(".".join(parts[:i]) for i in range(1, len(parts)))  # parent packages run first
     deps.discard(name)
     return deps
+
+
+def room(name: str) -> str:
+    """The folder (or top-level module) of attnbench a module sits in; "" for the package itself."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def upward_imports(graph: dict[str, set[str]], layers: list[list[str]]) -> list[str]:
+    """"a -> b" for each import of a module by one of a higher layer (the package's own
+    __init__, which runs first for every module, is no layer)."""
+    floor = {r: i for i, names in enumerate(layers) for r in names}
+    found = []
+    for name, deps in graph.items():
+        for dep in sorted(deps):
+            if room(dep) and floor[room(dep)] < floor[room(name)]:
+                found.append(f"{name} -> {dep}")
+    return found
+
+
+def long_functions(tree: ast.AST, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int]]:
+    """(name, lines) of each function or method longer than `limit` lines, from `def` to its last line."""
+    functions = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return [(node.name, node.end_lineno - node.lineno + 1) for node in functions
+            if node.end_lineno - node.lineno + 1 > limit]
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -89,6 +133,36 @@ def test_no_module_imports_one_that_imports_it_back():
     assert cycles(graph) == []
 
 
+def test_every_folder_is_a_layer():
+    layered = {r for names in LAYERS for r in names}
+    assert {room(name) for name in MODULES} - {""} <= layered
+
+
+def test_no_import_runs_back_up_the_layers():
+    graph = {name: dependencies(name) for name in MODULES}
+    assert upward_imports(graph, LAYERS) == []
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {"attnbench.kernels.sweep": {"attnbench.results.files", "attnbench.errors"},
+             "attnbench.results.files": {"attnbench.kernels.workload"}, "attnbench.kernels.workload": set(),
+             "attnbench.errors": set()}
+    layers = [["results"], ["kernels"], ["errors"]]
+    assert upward_imports(graph, layers) == ["attnbench.kernels.sweep -> attnbench.results.files"]
+
+
+def test_no_function_is_longer_than_a_screen():
+    found = [f"{name}: {fn} ({n} lines)" for name, path in MODULES.items()
+             for fn, n in long_functions(ast.parse(path.read_text()))]
+    assert found == []
+
+
+def test_the_length_check_counts_a_long_function():
+    body = "\n".join(f"    x{i} = {i}" for i in range(61))
+    assert long_functions(ast.parse(f"def f():\n{body}\n")) == [("f", 62)]
+    assert long_functions(ast.parse("def g():\n    return 1\n")) == []
+
+
 def test_function_level_and_importlib_imports_are_counted():
     tree = ast.parse("import importlib\ndef f():\n    from attnbench.cli import main\n"
                      "    importlib.import_module('attnbench.kernels.sweep')\n")
@@ -119,6 +193,11 @@ def test_each_job_has_its_room():
         "attnbench.kernels.plan": "def plan_sweep",
         "attnbench.results.export": "FORMATS",
         "attnbench.cli.common": "def user_errors",
+        "attnbench.runs.rundir": "class RunDir",
+        "attnbench.runs.kernel": "def run_kernel",
+        "attnbench.runs.e2e": "def run_e2e",
+        "attnbench.runs.scenario": "def run_kernel_scenario",
+        "attnbench.runs.merge": "def run_merge",
     }
     for module, marker in rooms.items():
         assert marker in MODULES[module].read_text(), (module, marker)
