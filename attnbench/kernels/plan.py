@@ -2,8 +2,9 @@
 
 `attnbench kernel`, `attnbench run` (and its `--check`) and the scenario-file checks all call
 `plan_sweep` (through runs/kernel.py's plan_kernel), so a value refused here is refused the same
-way everywhere. With `machine=False` it checks only what the values say (for a file read on a machine that will not run it): device
-defaults are the GPU's, and backend availability and free memory are not looked at.
+way everywhere. With `machine=False` it checks only what the values say (for a file read on a
+machine that will not run it): device defaults are the GPU's, and backend availability and free
+memory are not looked at.
 
 Refused up front, each naming its flag: unknown names, a value listed twice, sizes out of range
 (workload.MAX_*), timing flags that are not finite or out of range, and a sweep none of whose

@@ -34,7 +34,14 @@ from attnbench.results.env import collect
 from attnbench.runs.kernel import plan_kernel, point_key, resume_state, sweep_into, without, write_kernel_outputs
 from attnbench.runs.rundir import RunDir
 from attnbench.workers.devices import device_label
-from attnbench.workers.distributed import all_gather, gather_reports, process_group, send, sigterm_deferred, torchrun_ranks
+from attnbench.workers.distributed import (
+    all_gather,
+    gather_reports,
+    process_group,
+    send,
+    sigterm_deferred,
+    torchrun_ranks,
+)
 
 
 @dataclass
