@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from attnbench.e2e.runner import ModelEngines
-from attnbench.e2e.report import run_metrics
+from attnbench.e2e.agreement import run_metrics
 from attnbench.e2e.scheduler import make_prompts
 from attnbench.e2e.checkpoint import hf_state_dict
 from attnbench.e2e.model import ModelArgs, fused, random_model

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from attnbench.e2e.parallel import check_tp, exit_now, teardown_code, tensor_parallel
-from attnbench.e2e.report import FAILING
+from attnbench.e2e.agreement import FAILING
 from attnbench.e2e.runner import resolve_model
 from attnbench.e2e.tp_check import tp_agreement
 

@@ -1,4 +1,4 @@
-"""`attnbench e2e`: typed flags in, an e2e job (attnbench.e2e.runner) out."""
+"""`attnbench e2e`: typed flags in, an e2e job (attnbench.runs.e2e) out."""
 
 from __future__ import annotations
 
