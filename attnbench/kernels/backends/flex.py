@@ -12,8 +12,8 @@ tile sees are full blocks, which skip the mask_mod.
   flex_attention kernel (FORCE_USE_FLEX_ATTENTION). When the mean query length is under 16,
   each KV head's group of query heads is folded into rows ([1, Hkv, tokens * group, D], a copy
   of q; FA3's PackGQA): a 16-row tile of decodes then spans 16 / group sequences, not 16, and
-  reads a page once per KV head (measured on the H200: 4x faster on 1000 decodes; slower on
-  prefill, so not there). `q_block` is the largest power of two in [16, 128] <= mean rows/seq.
+  reads a page once per KV head (faster on decodes, slower on prefill, so not there:
+  docs/kernels/flex.md). `q_block` is the largest power of two in [16, 128] <= mean rows/seq.
 - split (`plan_kvcache`): the decode part is batched, [seqs, H, query_len, D] against the cache
   broadcast over the batch, one page list per sequence: torch's split-KV flex_decoding kernel
   (query_len < 128, power-of-two GQA ratio). The rest is unified.
@@ -42,7 +42,8 @@ from importlib.util import find_spec
 
 import torch
 
-from attnbench.kernels.backends.base import Backend, Launch, Plan
+from attnbench.kernels.backends.base import Backend, PlanContext
+from attnbench.kernels.backends.launch import Part
 from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.metadata import KVCacheMetadata, VarlenMetadata, num_cache_blocks, split_batch
 from attnbench.kernels.workload import Batch, SweepPoint, build_batch
@@ -207,11 +208,11 @@ class FlexBackend(Backend):
     cache_limit_why = ("past the 2^31 that its Triton kernels' int32 offsets reach (pytorch#190857, vllm#50427); "
                        "use fewer or shorter sequences")
     dtypes = ("bfloat16", "float16")
-    opt_in = True  # every new shape compiles (1-4 s on an H200): a default sweep would pay it per point
+    opt_in = True  # every new shape compiles for seconds (docs/kernels/flex.md): a default sweep would pay it per point
 
     def __init__(self):
-        self._compiles: dict[tuple, float] = {}  # shape key -> seconds its first call took
-        self._parts: list[dict] = []  # what each primitive of the plan being made chose
+        # shape key -> seconds its first call took: the process's compile cache, shared by every plan
+        self._compiles: dict[tuple, float] = {}
 
     def unavailable_reason(self) -> str | None:
         try:
@@ -243,31 +244,28 @@ class FlexBackend(Backend):
                         f"(limit {MAX_EAGER_BYTES // 2**30} GiB); use fewer tokens or a GPU")
         return None
 
-    def plan(self, strategy: str, point: SweepPoint, metadata) -> Plan:
-        self._parts = []  # the primitives append what they chose; plan_details reads it
-        return super().plan(strategy, point, metadata)
-
-    def plan_details(self, point, metadata) -> dict:
-        parts, self._parts = self._parts, []  # in launch order: the decode part first
-        joined = lambda key: "+".join(str(p[key]) for p in parts)
-        compiled = parts[0]["flex_mode"] == "compiled"
-        return {"flex_mode": parts[0]["flex_mode"], "flex_kernel": joined("flex_kernel"),
-                "compile_s": sum(p["compile_s"] for p in parts) if compiled else None,
+    def plan_details(self, ctx: PlanContext, parts: dict[str, Part]) -> dict:
+        """Each part's choices, joined in launch order (decode first): one row describes both."""
+        chosen = [part.details for part in parts.values()]
+        joined = lambda key: "+".join(str(p[key]) for p in chosen)  # noqa: E731
+        compiled = chosen[0]["flex_mode"] == "compiled"
+        return {"flex_mode": chosen[0]["flex_mode"], "flex_kernel": joined("flex_kernel"),
+                "compile_s": sum(p["compile_s"] for p in chosen) if compiled else None,
                 "compile_cache": joined("compile_cache"),
-                "flex_q_block": joined("q_block"), "flex_kv_block": point.block_size,
-                "flex_mask_entries": sum(p["entries"] for p in parts)}
+                "flex_q_block": joined("q_block"), "flex_kv_block": ctx.point.block_size,
+                "flex_mask_entries": sum(p["entries"] for p in chosen)}
 
-    def plan_varlen(self, point, md: VarlenMetadata) -> Launch:
+    def plan_varlen(self, ctx: PlanContext, md: VarlenMetadata) -> Part:
         cu = md.cu_seqlens_q.tolist()
-        layout = _layout(point, 1, md.num_tokens, md.num_tokens / md.num_seqs, False)
+        layout = _layout(ctx.point, 1, md.num_tokens, md.num_tokens / md.num_seqs, False)
         q_lens = [b - a for a, b in itertools.pairwise(cu)]
-        return self._plan(point, layout, q_lens, md.seqused_k.tolist(), md.block_table)
+        return self._plan(ctx.point, layout, q_lens, md.seqused_k.tolist(), md.block_table)
 
-    def plan_kvcache(self, point, md: KVCacheMetadata) -> Launch:
-        layout = _layout(point, md.num_seqs, md.query_len, md.query_len, True)
-        return self._plan(point, layout, [md.query_len] * md.num_seqs, md.cache_seqlens.tolist(), md.block_table)
+    def plan_kvcache(self, ctx: PlanContext, md: KVCacheMetadata) -> Part:
+        layout = _layout(ctx.point, md.num_seqs, md.query_len, md.query_len, True)
+        return self._plan(ctx.point, layout, [md.query_len] * md.num_seqs, md.cache_seqlens.tolist(), md.block_table)
 
-    def _plan(self, point, layout: PagedLayout, q_lens, kv_lens, block_table) -> Launch:
+    def _plan(self, point, layout: PagedLayout, q_lens, kv_lens, block_table) -> Part:
         block_mask, slots, entries = build_mask(layout, q_lens, kv_lens, block_table.tolist(), point.block_size,
                                                 point.causal, block_table.device)
         compiled = block_table.device.type == "cuda"
@@ -275,16 +273,16 @@ class FlexBackend(Backend):
             self.require_cache(slots * point.num_kv_heads * point.head_dim)
         flex, options = (_compiled_flex(), dict(layout.kernel_options)) if compiled else (_flex()[1], None)
         compile_s, cache = self._warm(point, layout, slots, block_mask, flex) if compiled else (None, "none")
-        self._parts.append({"flex_mode": "compiled" if compiled else "eager", "compile_s": compile_s,
-                            "flex_kernel": layout.kernel if compiled else "dense-math", "compile_cache": cache,
-                            "q_block": layout.q_block, "entries": entries})
+        chose = {"flex_mode": "compiled" if compiled else "eager", "compile_s": compile_s,
+                 "flex_kernel": layout.kernel if compiled else "dense-math", "compile_cache": cache,
+                 "q_block": layout.q_block, "entries": entries}
 
         def launch(q, k_cache, v_cache, out):
             with warnings.catch_warnings():  # eager: torch's "without torch.compile" note (flex_mode says it)
                 warnings.simplefilter("ignore", UserWarning)
                 result = _attend(flex, layout, block_mask, slots, point.softmax_scale, options, q, k_cache, v_cache)
             _write_out(layout, result, out)
-        return launch
+        return Part(launch, chose)
 
     def _warm(self, point, layout: PagedLayout, slots: int, block_mask, flex) -> tuple[float, str]:
         """The first call for these shapes, on scratch tensors of the same shapes and strides:
