@@ -254,7 +254,8 @@ class LibraryBackend(Backend):
     machine, or a stand-in a test hands in (which runs anywhere: then nothing about the device is
     asked). Subclasses name the library's package and version (`describe`)."""
 
-    min_capability: ClassVar[tuple[int, int]] = (8, 0)  # the oldest GPU its kernels run on
+    graph_safe = True  # a plan of theirs only launches kernels: capturable (which batches replay: graph_replay)
+    dtypes = ("bfloat16", "float16")  # the half-precision kernels these libraries ship
 
     def __init__(self, library: Any = None):
         self._library = library  # a test's stand-in; None: find_library()
@@ -282,13 +283,12 @@ class LibraryBackend(Backend):
         return self.device_refusal() or self.find_library()[1]
 
     def device_refusal(self) -> str | None:
-        """Why this machine's GPU cannot run the kernels (none visible, or older than min_capability), or None."""
+        """Why this machine's GPU cannot run the kernels (none visible, or older than Ampere), or None."""
         if not torch.cuda.is_available():
             return "needs a CUDA GPU (none visible)"
         major, minor = torch.cuda.get_device_capability()
-        if (major, minor) < self.min_capability:
-            need = ".".join(map(str, self.min_capability))
-            return f"{self.name} needs compute capability >= {need}, this GPU has {major}.{minor}"
+        if major < 8:
+            return f"{self.name} needs compute capability >= 8.0, this GPU has {major}.{minor}"
         return None
 
     def library(self) -> tuple[str, str]:

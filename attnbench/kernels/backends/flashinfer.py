@@ -18,7 +18,10 @@ The strategies, as vLLM's FLASHINFER backend and POD-Attention use FlashInfer's 
 - flashinfer-ba (flashinfer_ba.py): BatchAttention, one persistent kernel for the whole batch.
 
 Each `plan` reads the metadata back to the host, builds FlashInfer's paged index arrays from the
-block table and KV lengths, and calls the wrappers' own `plan()`; `Plan.run` only launches.
+block table and KV lengths, and calls the wrappers' own `plan()`; `Plan.run` only launches. The
+strategy plumbing is base.Backend.plan's, as for every backend: each primitive returns a Part
+holding one planned wrapper's launch, its choices (the row's fi_* details), its in-place re-plan
+(Plan.refresh), POD's one-time gather (Plan.static_kv) and its release back to the pool.
 Workspaces, wrapper reuse and why live plans never share a schedule: flashinfer_common.py.
 
 CUDA graphs. FlashInfer copies the index arrays into its own buffers at plan time and schedules
@@ -47,7 +50,6 @@ import torch
 
 from attnbench.kernels.backends.base import LibraryBackend, PlanContext
 from attnbench.kernels.backends.flashinfer_common import (
-    DTYPES,
     FLOAT_WORKSPACE_BYTES,
     HEAD_DIMS,
     Workspace,
@@ -82,10 +84,8 @@ class FlashInferBackend(LibraryBackend):
     name = "flashinfer"
     description = "FlashInfer: BatchPrefill (unified) / BatchDecode + BatchPrefill (split) / POD (fused)"
     strategies = ("unified", "split", "fused")
-    graph_safe = True
     graph_replay = "decode-only"  # base.py: graph-mode plans (re-plannable in place) are made for such batches only
     head_dims = HEAD_DIMS
-    dtypes = DTYPES
 
     def __init__(self, library: Any = None, workspace_bytes: int = FLOAT_WORKSPACE_BYTES):
         super().__init__(library)  # tests hand in a fake module; None: import flashinfer

@@ -42,7 +42,6 @@ from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMet
 FLOAT_WORKSPACE_BYTES = 256 << 20  # vLLM's FLASHINFER_WORKSPACE_BUFFER_SIZE
 POOL_SIZE = 16  # idle wrappers kept for reuse, all shapes together
 HEAD_DIMS = (64, 128, 256)  # FlashInfer's attention head dims (vLLM's FlashInferBackend lists the same)
-DTYPES = ("bfloat16", "float16")
 INSTALL = "pip install flashinfer-python"  # no [extra] here: the backends table reads brackets as markup
 # FlashInfer's float-workspace allocations (scheduler.cuh: PrefillPlan, DecodePlan, TwoStageHolisticPlan)
 OVERFLOW = re.compile(r"allocating memory for (\w*(?:tmp_v|tmp_s|partial_o|partial_lse)) with size (\d+)")

@@ -122,9 +122,7 @@ def find_library() -> tuple[FA2Library | None, str | None]:
 class VllmFA2Backend(LibraryBackend):
     name = "vllm-fa2"
     description = "vllm-flash-attn FA2: varlen_fwd (unified) / fwd_kvcache + varlen_fwd (split)"
-    graph_safe = True
     head_dims = HEAD_DIMS
-    dtypes = ("bfloat16", "float16")
 
     def find_library(self) -> tuple[FA2Library | None, str | None]:
         return find_library()

@@ -76,9 +76,7 @@ def bind(op, static: dict) -> Launch:
 class VllmFA3Backend(LibraryBackend):
     name = "vllm-fa3"
     description = "vllm-flash-attn FA3 (Hopper): fwd as varlen (unified) / batched + varlen (split)"
-    graph_safe = True
     head_dims = HEAD_DIMS
-    dtypes = ("bfloat16", "float16")
 
     def find_library(self) -> tuple[Any, str | None]:
         return find_op()
