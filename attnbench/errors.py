@@ -21,10 +21,6 @@ class Interrupted(AttnbenchError):
         self.exit_code = 128 + signal_number
 
 
-class UnsupportedError(AttnbenchError):
-    """A backend cannot run a sweep point; the message says why."""
-
-
 def error_reason(exc: BaseException, limit: int = 300) -> str:
     """One line for a result row: the exception, its first message line, and where it was raised."""
     last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None

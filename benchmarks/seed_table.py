@@ -28,7 +28,7 @@ from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.inputs import make_inputs
 from attnbench.kernels.metadata import build_metadata
 from attnbench.kernels.sweep import SweepPlan, run_sweep
-from attnbench.kernels.timing import TimedKernel, TimingConfig, estimate_call_ms, make_timed_kernel, time_kernel
+from attnbench.kernels.timing import TimedKernel, TimingConfig, estimate_call_ms, make_timed_kernel, time_kernels
 from attnbench.kernels.workload import SweepPoint
 
 SHAPES = [(12, 64), (32, 128), (64, 128)]
@@ -50,7 +50,7 @@ def timed_under_profiler(runner: TimedKernel, samples: int = 30) -> tuple[float,
     cfg = TimingConfig(mode=runner.mode, warmup_ms=0.0, min_samples=samples, max_samples=samples,
                        rel_spread=0.0, budget_ms=1e9)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        timing = time_kernel(runner, cfg)  # one untimed warm-up call, then `samples` event-timed ones
+        (timing,) = time_kernels([runner], cfg)  # one untimed warm-up call, then `samples` event-timed ones
     calls = (samples + 1) * runner.inner
     kernel_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
     return timing.median_ms, kernel_us / 1e3 / calls
@@ -127,7 +127,7 @@ def main() -> None:
     point = SweepPoint(kind="decode", num_tokens=1000, num_heads=12, head_dim=64, context=args.context)
     runners = {m: build_runner(point, "unified", m, timing) for m in ("eager", "graph")}
     for mode in ("eager", "graph", "eager", "graph"):
-        print(f"  {mode}: {time_kernel(runners[mode], TimingConfig(mode=mode)).median_ms:.4f} ms")
+        print(f"  {mode}: {time_kernels([runners[mode]], TimingConfig(mode=mode))[0].median_ms:.4f} ms")
 
 
 if __name__ == "__main__":

@@ -30,18 +30,18 @@ class _Misbehaving(ReferenceBackend):
     def misbehave(self, q: torch.Tensor) -> None:
         raise NotImplementedError
 
-    def _wrap(self, point, launch):
+    def _wrap(self, launch):
         def maybe_bad(q, k_cache, v_cache, out):
             if query_tokens(q) == TRIGGER_TOKENS:
                 self.misbehave(q)
             return launch(q, k_cache, v_cache, out)
         return maybe_bad
 
-    def plan_varlen(self, point, md):
-        return self._wrap(point, super().plan_varlen(point, md))
+    def plan_varlen(self, ctx, md):
+        return self._wrap(super().plan_varlen(ctx, md))
 
-    def plan_kvcache(self, point, md):
-        return self._wrap(point, super().plan_kvcache(point, md))
+    def plan_kvcache(self, ctx, md):
+        return self._wrap(super().plan_kvcache(ctx, md))
 
 
 class HangingBackend(_Misbehaving):

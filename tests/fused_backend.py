@@ -5,7 +5,8 @@ the contract (one launch, the whole batch, decode tokens first), not POD's concu
 
 from __future__ import annotations
 
-from attnbench.kernels.backends.base import Launch
+from attnbench.kernels.backends.base import PlanContext
+from attnbench.kernels.backends.launch import Launch
 from attnbench.kernels.backends.reference import ReferenceBackend
 from attnbench.kernels.metadata import SplitMetadata
 
@@ -16,8 +17,8 @@ class FusedReference(ReferenceBackend):
     strategies = ("unified", "split", "fused")
     oracle = False
 
-    def plan_fused(self, point, md: SplitMetadata) -> Launch:
-        parts = ReferenceBackend.plan(self, "split", point, md).launches  # split's two launches, as one
+    def plan_fused(self, ctx: PlanContext, md: SplitMetadata) -> Launch:
+        parts = ReferenceBackend.plan(self, "split", ctx.point, md).launches  # split's two launches, as one
 
         def launch(q, k_cache, v_cache, out):
             for part in parts:

@@ -233,7 +233,7 @@ def test_the_guard_catches_a_plan_that_reads_lengths_at_run_time():
     """The bug this contract exists for: FA3 split read cache_seqlens.max() back on every call,
     which fails inside CUDA-graph capture. A launch doing that must fail here."""
     class ReadsBack(VllmFA3Backend):
-        def plan_kvcache(self, point, md):
+        def plan_kvcache(self, ctx, md):
             def launch(q4, k_cache, v_cache, out4):
                 int(md.cache_seqlens.max())
             return launch

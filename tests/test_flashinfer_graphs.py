@@ -16,13 +16,15 @@ import gc
 import pytest
 import torch
 from conftest import rel_l2
-from fake_flashinfer import FakeFlashInfer, FakePrefill
+from fake_flashinfer import FakeFlashInfer, FakePrefill, FakeWrapper
 from test_backend_contract import paged_oracle
 
 from attnbench.kernels import graphsafe
 from attnbench.kernels.backends.flashinfer import FlashInferBackend
 from attnbench.kernels.backends.flashinfer_ba import FlashInferBABackend
+from attnbench.kernels.backends.flashinfer_common import plan_choice
 from attnbench.kernels.backends.registry import REGISTRY
+from attnbench.kernels.inputs import make_inputs
 from attnbench.kernels.metadata import SplitMetadata, VarlenMetadata, build_block_table, build_metadata
 from attnbench.kernels.verify import gating_failures, replay_cases, verify_rows
 from attnbench.kernels.workload import Batch, SweepPoint
@@ -161,3 +163,29 @@ def test_pooled_wrappers_and_the_workspace_made_under_inference_mode_serve_plans
     for tensor in (made, buffer, workspace.get(torch.device("cpu"))):
         assert not tensor.is_inference()
         tensor.add_(1)  # what a later plan outside inference mode does to its buffers
+
+
+def test_a_release_without_the_private_plan_attributes_records_unknown(monkeypatch):
+    """FlashInfer has no public accessor for what a plan chose; flashinfer_common.plan_choice reads
+    `_backend` and `_plan_info`. Without them the row says "unknown" (no split-KV columns), never fails."""
+    store = FakeWrapper.store
+
+    def store_without_private(self, *args, **kwargs):
+        store(self, *args, **kwargs)
+        del self._backend, self._plan_info
+
+    monkeypatch.setattr(FakeWrapper, "store", store_without_private)
+    inputs = make_inputs(SweepPoint(kind="mixed", num_tokens=24, num_heads=4, num_kv_heads=2, head_dim=64,
+                                    dtype="bf16", context="uniform:1:40", prefill_len=16), "cpu")
+    batch, want = inputs.batch, None
+    for backend, strategy in ((FlashInferBackend(FakeFlashInfer()), "split"),
+                              (FlashInferBABackend(FakeFlashInfer()), "unified")):
+        plan = backend.plan(strategy, inputs.point, build_metadata(strategy, batch, inputs.block_table))
+        assert not any(key.endswith(("_split_kv", "_cta_tile_q", "_ctas")) for key in plan.details), plan.details
+        assert plan.details.get("fi_prefill_backend", "unknown") == "unknown"
+        out = plan.run(inputs.q, inputs.k_cache, inputs.v_cache, torch.full_like(inputs.q, float("nan")))
+        want = want if want is not None else paged_oracle(inputs.q, inputs.k_cache, inputs.v_cache,
+                                                          list(batch.query_lens), list(batch.kv_lens),
+                                                          inputs.block_table, True, inputs.point.softmax_scale)
+        assert rel_l2(out, want) < 1e-2
+    assert plan_choice(object(), "_backend") == "unknown"

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from attnbench.cli.main import app
 from attnbench.kernels.backends import flex
-from attnbench.kernels.backends.flex import FlexBackend, PagedLayout, build_mask
+from attnbench.kernels.backends.flex import FlexBackend
+from attnbench.kernels.backends.flex_mask import PagedLayout, build_mask
 from attnbench.kernels.backends.reference import reference_attention
 from attnbench.kernels.backends.registry import REGISTRY
 from attnbench.kernels.check import REL_L2_TOLERANCE, check_output

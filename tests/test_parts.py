@@ -41,11 +41,11 @@ class CostedParts(FusedReference):
 
     name = "costed-parts"
 
-    def plan_kvcache(self, point, md):
-        return busy(super().plan_kvcache(point, md), DECODE_MS)
+    def plan_kvcache(self, ctx, md):
+        return busy(super().plan_kvcache(ctx, md), DECODE_MS)
 
-    def plan_varlen(self, point, md):
-        return busy(super().plan_varlen(point, md), PREFILL_MS)
+    def plan_varlen(self, ctx, md):
+        return busy(super().plan_varlen(ctx, md), PREFILL_MS)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from attnbench.kernels.timing import (
     TimingConfig,
     choose_inner,
     relative_iqr,
-    time_kernel,
     time_kernels,
 )
 
@@ -37,7 +36,7 @@ def quick(**overrides) -> TimingConfig:
 
 
 def test_samples_and_quantiles():
-    timing = time_kernel(TimedKernel(Counter(), "eager", CPU), quick(max_samples=20, rel_spread=-1.0))
+    timing = time_kernels([TimedKernel(Counter(), "eager", CPU)], quick(max_samples=20, rel_spread=-1.0))[0]
     assert timing.n == 20
     assert all(s > 0 for s in timing.samples_ms)
     assert timing.p10_ms <= timing.median_ms <= timing.p90_ms
@@ -47,18 +46,19 @@ def test_samples_and_quantiles():
 
 def test_each_sample_runs_inner_calls_and_reports_per_call_time():
     fn = Counter()
-    timing = time_kernel(TimedKernel(fn, "eager", CPU, inner=4), quick(max_samples=5, rel_spread=-1.0))
+    timing = time_kernels([TimedKernel(fn, "eager", CPU, inner=4)], quick(max_samples=5, rel_spread=-1.0))[0]
     assert timing.calls_per_sample == 4
     assert fn.calls == 4 * (1 + timing.n)  # one warmup sample, then the timed ones
 
 
 def test_stops_at_the_budget_after_a_few_samples():
-    timing = time_kernel(TimedKernel(Counter(), "eager", CPU), quick(budget_ms=0.0, min_samples=10, rel_spread=-1.0))
+    cfg = quick(budget_ms=0.0, min_samples=10, rel_spread=-1.0)
+    (timing,) = time_kernels([TimedKernel(Counter(), "eager", CPU)], cfg)
     assert timing.n == 3 and not timing.converged
 
 
 def test_stops_once_the_spread_is_small():
-    timing = time_kernel(TimedKernel(Counter(), "eager", CPU), quick(max_samples=500, rel_spread=1e9))
+    timing = time_kernels([TimedKernel(Counter(), "eager", CPU)], quick(max_samples=500, rel_spread=1e9))[0]
     assert timing.n == 3 and timing.converged
 
 

@@ -16,11 +16,11 @@ max blocks per sequence):
   it was (zeros, or an earlier batch's values). q/out have the bucket's rows under both policies,
   as an e2e full-graph bucket shared by a decode and a mixed step has: a decode capture batch
   then sits in more rows than it has sequences (what FA2's packed-GQA path refuses: verify.py).
-- `safe` (the seed's fix, KERNELS.md): `max_seqlen_q/k` are the bucket's upper bounds; the tail of
-  `cu_seqlens_q` repeats its last value (padding sequences are empty, the array non-decreasing);
-  padding rows have `seqused_k`/`cache_seqlens` 0 and block-table rows pointing at a scratch block;
-  a split plan has both parts whenever the bucket has them, a part absent from a batch being all
-  padding.
+- `safe` (the seed PR's fix for that bug): `max_seqlen_q/k` are the bucket's upper bounds; the
+  tail of `cu_seqlens_q` repeats its last value (padding sequences are empty, the array
+  non-decreasing); padding rows have `seqused_k`/`cache_seqlens` 0 and block-table rows pointing
+  at a scratch block; a split plan has both parts whenever the bucket has them, a part absent from
+  a batch being all padding.
 
 `replay_check` captures `Plan.run` in a CUDA graph on the capture batch and replays it on each
 other batch, comparing the real rows with the float32 reference. On the CPU there is no graph:
@@ -219,6 +219,19 @@ def real_rows(buffers: Buffers, metadata: Metadata) -> torch.Tensor:
     return torch.cat(parts)
 
 
+def captured(launch: Callable[[], object], device: torch.device, sync: Callable[[], None]) -> Callable[[], object]:
+    """What replays `launch` on the device: on CUDA a graph captured after one warm-up call (lazy
+    initialisation stays out of the graph); on the CPU, where there are no graphs, the call itself."""
+    if device.type != "cuda":
+        return launch
+    launch()
+    sync()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch()
+    return graph.replay
+
+
 def replay_check(backend: Backend, strategy: str, point: SweepPoint, capture_batch: Batch,
                  replay_batches: list[Batch], policy: str, device: torch.device | str,
                  synchronize: Callable[[], None] | None = None) -> list[dict]:
@@ -251,14 +264,7 @@ def replay_check(backend: Backend, strategy: str, point: SweepPoint, capture_bat
     try:
         load(0)
         plan = backend.plan(strategy, point, plan_metadata(buffers, host[0], policy))
-        launch = lambda: plan.run(q, k_cache, v_cache, out)  # noqa: E731
-        if device.type == "cuda":
-            launch()  # warm-up: lazy initialisation stays out of the graph
-            sync()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                launch()
-            launch = graph.replay
+        launch = captured(lambda: plan.run(q, k_cache, v_cache, out), device, sync)
     except Exception as exc:
         return [{"replay": i, "verdict": "fail", "reason": f"capture failed: {error_reason(exc)}",
                  "rel_l2_error": float("nan")} for i in range(len(batches))]

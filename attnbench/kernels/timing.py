@@ -18,7 +18,7 @@ median, or when `budget_ms` per runner has passed, or at `max_samples`.
 
 A row is timed in several replicates (fresh inputs, plan and graph: kernels/sweep.py), each a
 Timing; `Replicated` joins them. A CPU sweep runs on one intra-op thread unless OMP_NUM_THREADS
-says otherwise: on 2 busy cores two threads made the README's CPU run 5x slower (issue 9).
+says otherwise: on a few busy cores, more threads made a CPU run several times slower.
 """
 
 from __future__ import annotations
@@ -293,7 +293,3 @@ def time_kernels(runners: list[TimedKernel], cfg: TimingConfig) -> list[Timing]:
             break
     return [Timing(own, runner.inner, n >= cfg.min_samples and relative_iqr(own) <= cfg.rel_spread)
             for runner, own in zip(runners, samples)]
-
-
-def time_kernel(runner: TimedKernel, cfg: TimingConfig) -> Timing:
-    return time_kernels([runner], cfg)[0]

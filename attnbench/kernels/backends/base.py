@@ -10,13 +10,19 @@ The contract has two phases, as FlashInfer's wrappers (`plan()` then `run()`) an
   allocation a CUDA graph cannot capture. The same plan serves every layer of an engine step and
   every replay of a captured graph.
 
-The strategy plumbing lives here, once. Unified: one varlen launch over the whole batch. Split:
-the decode sequences (first in q, one query length) as a 4-D `[seqs, query_len, heads, dim]` view
-through the batched kvcache launch, the rest through varlen. Fused: the same two parts as split,
-in one launch that runs them concurrently (POD-Attention); a batch with only one of the parts (a
-decode-only step) runs that part's kernel, as split does. A backend supplies its primitives,
-`plan_varlen` and `plan_kvcache` (and `plan_fused` when it declares `fused`), each returning a
-`Launch`.
+The strategy plumbing lives here, once, for every backend. Unified: one varlen launch over the
+whole batch. Split: the decode sequences (first in q, one query length) as a 4-D `[seqs,
+query_len, heads, dim]` view through the batched kvcache launch, the rest through varlen. Fused:
+the same two parts as split, in one launch that runs them concurrently (POD-Attention); a batch
+with only one of the parts (a decode-only step) runs that part's kernel, as split does. A backend
+supplies its primitives, `plan_varlen` and `plan_kvcache` (and `plan_fused` when it declares
+`fused`), each given the plan's `PlanContext` and its part's metadata, each returning a `Launch`
+or a `Part`: the launch plus what the plan needs of it beside running it (the library's choices
+for the row, an in-place re-plan for Plan.refresh, work done once on unchanging caches for
+Plan.static_kv, and what to give back when the plan is collected, such as a pooled wrapper).
+Hooks then shape the plan from its parts: `plan_details` (default: the parts' details merged) and
+`plan_refresh` (default: none). Everything a plan holds lives in the Plan and its parts, never
+on the backend instance, which the registry shares between every plan of the process.
 
 What a backend can do is declared, not probed: `strategies`, `graph_safe` (its plans may be
 captured in a CUDA graph), `graph_replay` (which other batches such a graph may be replayed on)
@@ -43,21 +49,20 @@ Replaying the capture batch itself (`kernel --mode graph`) needs only `graph_saf
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from importlib import metadata as importlib_metadata
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar
 
 import torch
 
 from attnbench.errors import AttnbenchError
+from attnbench.kernels.backends.launch import (Launch, Part, as_batched, as_part, on_tokens, release_when_collected,
+                                               static_kv_of)
 from attnbench.kernels.inputs import cache_elements
 from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
 from attnbench.kernels.workload import DEFAULT_STRATEGIES, Batch, SweepPoint
 
 GRAPH_REPLAYS = ("any", "decode-only", "none")  # Backend.graph_replay's values (the module docstring says what each means)
-
-
-# one kernel launch: reads q (or its 4-D view) and the paged caches, writes into out
-Launch = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 
 @dataclass(frozen=True)
@@ -87,44 +92,23 @@ class Plan:
         return out
 
 
-def injected_or_found(injected: Any, find: Callable[[], tuple[Any, str | None]]) -> Any:
-    """A backend's library: the one a test handed in, else what `find()` locates on this machine
-    (a (module, reason) pair); raises with find's reason when it is not there."""
-    if injected is not None:
-        return injected
-    found, reason = find()
-    if found is None:
-        raise RuntimeError(reason)
-    return found
+@dataclass(frozen=True)
+class PlanContext:
+    """What one plan is for, handed to each primitive beside its own part's metadata: a part's
+    choices may depend on the whole batch (FlashInfer plans a decode part in CUDA-graph mode only
+    when the batch has nothing else)."""
 
-
-def on_tokens(launch: Launch, start: int, stop: int | None = None) -> Launch:
-    """The launch over q[start:stop] / out[start:stop]: the varlen part of a split batch (to its end),
-    or some prefill requests inside it (FlashInfer's POD runs the others)."""
-    if start == 0 and stop is None:
-        return launch
-
-    def run(q, k_cache, v_cache, out):
-        launch(q[start:stop], k_cache, v_cache, out[start:stop])
-    return run
-
-
-def as_batched(launch: Launch, num_seqs: int, query_len: int) -> Launch:
-    """The launch over q[:num_seqs * query_len] viewed as [num_seqs, query_len, heads, dim]."""
-    num_tokens = num_seqs * query_len
-
-    def run(q, k_cache, v_cache, out):
-        shape = (num_seqs, query_len, q.shape[1], q.shape[2])
-        launch(q[:num_tokens].view(shape), k_cache, v_cache, out[:num_tokens].view(shape))
-    return run
+    strategy: str
+    point: SweepPoint
+    metadata: VarlenMetadata | SplitMetadata
 
 
 class Backend(ABC):
     """A kernel family. Subclasses set the class attributes and supply the two primitives. One that
-    declares `fused` also supplies `plan_fused(point, md: SplitMetadata) -> Launch`, one launch
-    running md's decode and prefill parts together (q/out given to it are the whole batch, decode
-    tokens first), or plans every strategy itself (its own `plan`); a class that does neither is
-    refused when it is defined."""
+    declares `fused` also supplies `plan_fused(ctx, md: SplitMetadata)`: one launch (a Launch or a
+    Part) running md's decode and prefill parts together, q/out given to it being the whole batch
+    (decode tokens first), or several parts by role, each such a launch; or it plans every
+    strategy itself (its own `plan`). A class that does neither is refused when it is defined."""
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -201,39 +185,115 @@ class Backend(ABC):
                 f"(graph_replay={self.graph_replay!r}); this batch has {has}")
 
     def plan(self, strategy: str, point: SweepPoint, metadata: VarlenMetadata | SplitMetadata) -> Plan:
-        """Every host-side step of `strategy` for this batch, done once."""
+        """Every host-side step of `strategy` for this batch, done once: its parts (plan_parts), then
+        the plan that runs them, with their details, refresh, static_kv and releases."""
         if strategy not in self.strategies:
             raise ValueError(f"{self.name} has no {strategy} strategy")
-        if strategy == "unified":
-            if not isinstance(metadata, VarlenMetadata):
-                raise TypeError(f"unified needs VarlenMetadata, got {type(metadata).__name__}")
-            launches = [self.plan_varlen(point, metadata)]
-        elif strategy == "fused" and isinstance(metadata, SplitMetadata) and metadata.decode and metadata.prefill:
-            launches = [self.plan_fused(point, metadata)]
-        else:  # split, or fused over a batch with one part only: that part's own kernel, as split runs it
-            if not isinstance(metadata, SplitMetadata):
-                raise TypeError(f"{strategy} needs SplitMetadata, got {type(metadata).__name__}")
-            launches = []
-            dec, pre = metadata.decode, metadata.prefill
-            if dec is not None:
-                launches.append(as_batched(self.plan_kvcache(point, dec), dec.num_seqs, dec.query_len))
-            if pre is not None:
-                launches.append(on_tokens(self.plan_varlen(point, pre), pre.token_offset))
-        return Plan(self.name, strategy, tuple(launches), self.plan_details(point, metadata),
-                    self.plan_refresh(strategy, point, metadata))
+        wanted = VarlenMetadata if strategy == "unified" else SplitMetadata
+        if not isinstance(metadata, wanted):
+            raise TypeError(f"{strategy} needs {wanted.__name__}, got {type(metadata).__name__}")
+        ctx = PlanContext(strategy, point, metadata)
+        parts = self.plan_parts(ctx)
+        details = self.plan_details(ctx, parts)
+        plan = Plan(self.name, strategy, tuple(part.launch for part in parts.values()), details,
+                    self.plan_refresh(ctx, parts), static_kv_of(parts, details))
+        release_when_collected(plan, parts)
+        return plan
 
-    def plan_refresh(self, strategy: str, point: SweepPoint, metadata) -> Callable | None:
+    def plan_parts(self, ctx: PlanContext) -> dict[str, Part]:
+        """The strategy plumbing: the plan's parts by role, in launch order. Unified: "unified".
+        Split, or fused over a batch with one part only: "decode" and/or "prefill", each launch on
+        its slice of q. Fused over both parts: plan_fused's one "fused" launch, or its own parts."""
+        md = ctx.metadata
+        if ctx.strategy == "unified":
+            return {"unified": as_part(self.plan_varlen(ctx, md))}
+        dec, pre = md.decode, md.prefill
+        if ctx.strategy == "fused" and dec is not None and pre is not None:
+            fused = self.plan_fused(ctx, md)
+            return fused if isinstance(fused, dict) else {"fused": as_part(fused)}
+        parts = {}
+        if dec is not None:
+            part = as_part(self.plan_kvcache(ctx, dec))
+            parts["decode"] = replace(part, launch=as_batched(part.launch, dec.num_seqs, dec.query_len))
+        if pre is not None:
+            part = as_part(self.plan_varlen(ctx, pre))
+            parts["prefill"] = replace(part, launch=on_tokens(part.launch, pre.token_offset))
+        return parts
+
+    def plan_details(self, ctx: PlanContext, parts: dict[str, Part]) -> dict:
+        """What the library decided for this plan (kernel variant, splits...): by default each
+        part's details, merged in launch order."""
+        details: dict = {}
+        for part in parts.values():
+            details.update(part.details)
+        return details
+
+    def plan_refresh(self, ctx: PlanContext, parts: dict[str, Part]) -> Callable | None:
         """Plan.refresh for this plan; None by default (the kernels read the metadata tensors)."""
         return None
 
-    def plan_details(self, point: SweepPoint, metadata) -> dict:
-        """What the library decided for this plan (kernel variant, splits...); {} by default."""
-        return {}
-
     @abstractmethod
-    def plan_varlen(self, point: SweepPoint, md: VarlenMetadata) -> Launch:
+    def plan_varlen(self, ctx: PlanContext, md: VarlenMetadata) -> Launch | Part:
         """One paged varlen launch over md's sequences; q/out given to it are those sequences' tokens."""
 
     @abstractmethod
-    def plan_kvcache(self, point: SweepPoint, md: KVCacheMetadata) -> Launch:
+    def plan_kvcache(self, ctx: PlanContext, md: KVCacheMetadata) -> Launch | Part:
         """One batched decode launch; q/out given to it are [num_seqs, query_len, heads, dim]."""
+
+
+def dist_version(dist: str) -> str:
+    """An installed distribution's version, or "unknown"."""
+    try:
+        return importlib_metadata.version(dist)
+    except importlib_metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class LibraryBackend(Backend):
+    """A backend whose kernels come from a CUDA library: the one `find_library()` locates on this
+    machine, or a stand-in a test hands in (which runs anywhere: then nothing about the device is
+    asked). Subclasses name the library's package and version (`describe`)."""
+
+    graph_safe = True  # a plan of theirs only launches kernels: capturable (which batches replay: graph_replay)
+    dtypes = ("bfloat16", "float16")  # the half-precision kernels these libraries ship
+
+    def __init__(self, library: Any = None):
+        self._library = library  # a test's stand-in; None: find_library()
+
+    @abstractmethod
+    def find_library(self) -> tuple[Any, str | None]:
+        """The library on this machine, or None and why it does not load."""
+
+    @abstractmethod
+    def describe(self, library: Any) -> tuple[str, str]:
+        """(package, version) of a found or handed-in library."""
+
+    def lib(self) -> Any:
+        """The library: the test's stand-in, else the one found; raises with the reason it is not there."""
+        if self._library is not None:
+            return self._library
+        found, reason = self.find_library()
+        if found is None:
+            raise RuntimeError(reason)
+        return found
+
+    def unavailable_reason(self) -> str | None:
+        if self._library is not None:
+            return None
+        return self.device_refusal() or self.find_library()[1]
+
+    def device_refusal(self) -> str | None:
+        """Why this machine's GPU cannot run the kernels (none visible, or older than Ampere), or None."""
+        if not torch.cuda.is_available():
+            return "needs a CUDA GPU (none visible)"
+        major, minor = torch.cuda.get_device_capability()
+        if major < 8:
+            return f"{self.name} needs compute capability >= 8.0, this GPU has {major}.{minor}"
+        return None
+
+    def library(self) -> tuple[str, str]:
+        found = self._library or self.find_library()[0]
+        return self.describe(found) if found is not None else ("none", "")
+
+    def needs_cuda(self) -> bool:
+        return self._library is None

@@ -18,7 +18,10 @@ The strategies, as vLLM's FLASHINFER backend and POD-Attention use FlashInfer's 
 - flashinfer-ba (flashinfer_ba.py): BatchAttention, one persistent kernel for the whole batch.
 
 Each `plan` reads the metadata back to the host, builds FlashInfer's paged index arrays from the
-block table and KV lengths, and calls the wrappers' own `plan()`; `Plan.run` only launches.
+block table and KV lengths, and calls the wrappers' own `plan()`; `Plan.run` only launches. The
+strategy plumbing is base.Backend.plan's, as for every backend: each primitive returns a Part
+holding one planned wrapper's launch, its choices (the row's fi_* details), its in-place re-plan
+(Plan.refresh), POD's one-time gather (Plan.static_kv) and its release back to the pool.
 Workspaces, wrapper reuse and why live plans never share a schedule: flashinfer_common.py.
 
 CUDA graphs. FlashInfer copies the index arrays into its own buffers at plan time and schedules
@@ -45,12 +48,10 @@ from typing import Any
 
 import torch
 
-from attnbench.kernels.backends.base import Backend, Plan, as_batched, injected_or_found, on_tokens
+from attnbench.kernels.backends.base import LibraryBackend, PlanContext
 from attnbench.kernels.backends.flashinfer_common import (
-    DTYPES,
     FLOAT_WORKSPACE_BYTES,
     HEAD_DIMS,
-    Part,
     Workspace,
     WrapperPool,
     find_flashinfer,
@@ -58,10 +59,12 @@ from attnbench.kernels.backends.flashinfer_common import (
     graph_buffers,
     library_version,
     paged_kv_arrays,
+    plan_choice,
     plan_info_details,
     refresher,
 )
-from attnbench.kernels.backends.flashinfer_pod import GRAPH_REFUSAL, fused_refusal, plan_static_kv, pod_parts
+from attnbench.kernels.backends.flashinfer_pod import GRAPH_REFUSAL, fused_refusal, pod_parts
+from attnbench.kernels.backends.launch import Part
 from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
 from attnbench.kernels.workload import SweepPoint, build_batch
@@ -77,42 +80,29 @@ def single_token_decode(metadata: VarlenMetadata | SplitMetadata) -> bool:
     return metadata.prefill is None and metadata.decode is not None and metadata.decode.query_len == 1
 
 
-class FlashInferBackend(Backend):
+class FlashInferBackend(LibraryBackend):
     name = "flashinfer"
     description = "FlashInfer: BatchPrefill (unified) / BatchDecode + BatchPrefill (split) / POD (fused)"
     strategies = ("unified", "split", "fused")
-    graph_safe = True
     graph_replay = "decode-only"  # base.py: graph-mode plans (re-plannable in place) are made for such batches only
     head_dims = HEAD_DIMS
-    dtypes = DTYPES
 
     def __init__(self, library: Any = None, workspace_bytes: int = FLOAT_WORKSPACE_BYTES):
-        self._library = library  # tests hand in a fake module; None: import flashinfer
+        super().__init__(library)  # tests hand in a fake module; None: import flashinfer
+        # the backend's shared resources, not any plan's: each plan holds its wrappers through its parts
         self.workspace = Workspace(workspace_bytes)
         self.pool = WrapperPool()
 
-    def fi(self) -> Any:
-        return injected_or_found(self._library, find_flashinfer)
+    def find_library(self) -> tuple[Any, str | None]:
+        return find_flashinfer()
+
+    def describe(self, module: Any) -> tuple[str, str]:
+        return "flashinfer", library_version(module)
 
     def unavailable_reason(self) -> str | None:
-        if self._library is not None:
-            return None
-        module, reason = find_flashinfer()
-        if module is None:
-            return reason
-        if not torch.cuda.is_available():
-            return "needs a CUDA GPU (none visible)"
-        major, minor = torch.cuda.get_device_capability()
-        if major < 8:
-            return f"FlashInfer's bf16 kernels need compute capability >= 8.0, this GPU has {major}.{minor}"
-        return None
-
-    def library(self) -> tuple[str, str]:
-        module = self._library or find_flashinfer()[0]
-        return ("flashinfer", library_version(module)) if module is not None else ("none", "")
-
-    def needs_cuda(self) -> bool:
-        return self._library is None
+        if self._library is None and (reason := find_flashinfer()[1]):
+            return reason  # what is missing to import it, before what the GPU lacks
+        return super().unavailable_reason()
 
     def graph_refusal(self, strategy: str) -> str | None:
         return GRAPH_REFUSAL if strategy == "fused" else super().graph_refusal(strategy)
@@ -126,56 +116,40 @@ class FlashInferBackend(Backend):
         return fused_refusal(len(decode), decode[0] if decode else 1, batch.num_seqs - len(decode),
                              point.num_heads // point.num_kv_heads)
 
-    # --- planning ------------------------------------------------------------------------------
+    # --- planning: base.Backend.plan's plumbing, with these primitives and hooks ----------------
 
-    def plan(self, strategy: str, point: SweepPoint, metadata: VarlenMetadata | SplitMetadata) -> Plan:
-        """Base.plan's strategy plumbing (as_batched / on_tokens), plus what FlashInfer needs beside
-        it, which base's hooks (called with the metadata only) cannot see: each wrapper's choices
-        for the details, its pool lease, and its in-place re-plan for refresh."""
-        if strategy not in self.strategies:
-            raise ValueError(f"{self.name} has no {strategy} strategy")
-        wanted = VarlenMetadata if strategy == "unified" else SplitMetadata
-        if not isinstance(metadata, wanted):
-            raise TypeError(f"{strategy} needs {wanted.__name__}, got {type(metadata).__name__}")
-        graph = single_token_decode(metadata)
-        details: dict = {}
-        if strategy == "unified":
-            parts = {"unified": self.unified_part(point, metadata, graph)}
-            launches = [parts["unified"]]
-        else:
-            dec, pre = metadata.decode, metadata.prefill
-            parts, launches = {}, []
-            if strategy == "fused" and dec is not None and pre is not None:
-                parts = pod_parts(self.fi(), point, metadata, self.planned, self.plan_varlen)
-                launches = list(parts.values())
-            else:
-                if dec is not None:
-                    parts["decode"] = self.decode_part(point, dec, graph)
-                    launches.append(as_batched(parts["decode"], dec.num_seqs, dec.query_len))
-                if pre is not None:
-                    parts["prefill"] = self.prefill_part(point, pre, graph)
-                    launches.append(on_tokens(parts["prefill"], pre.token_offset))
-                if strategy == "fused":
-                    details["fi_fused"] = (f"{'BatchDecode' if pre is None else 'BatchPrefill'} alone: the batch has "
-                                           f"no {'prefill' if pre is None else 'decode'} part to fuse")
-        for part in parts.values():
-            details.update(part.details)
-        plan = Plan(self.name, strategy, tuple(launches), details, refresher(self.name, strategy, parts),
-                    plan_static_kv(parts, details))
-        self.pool.release_with(plan, [part.lease for part in parts.values()])
-        return plan
+    def plan_varlen(self, ctx: PlanContext, md: VarlenMetadata) -> Part:
+        return self.prefill_part(ctx.point, md, single_token_decode(ctx.metadata))
+
+    def plan_kvcache(self, ctx: PlanContext, md: KVCacheMetadata) -> Part:
+        return self.decode_part(ctx.point, md, single_token_decode(ctx.metadata))
+
+    def plan_fused(self, ctx: PlanContext, md: SplitMetadata) -> dict[str, Part]:
+        return pod_parts(self.lib(), ctx.point, md, self.planned,
+                         lambda sub: self.prefill_part(ctx.point, sub, graph=False))
+
+    def plan_details(self, ctx: PlanContext, parts: dict[str, Part]) -> dict:
+        details = {}
+        if ctx.strategy == "fused" and "fused" not in parts:  # a batch with one part: that part's wrapper
+            no_prefill = "prefill" not in parts
+            details["fi_fused"] = (f"{'BatchDecode' if no_prefill else 'BatchPrefill'} alone: the batch has "
+                                   f"no {'prefill' if no_prefill else 'decode'} part to fuse")
+        return details | super().plan_details(ctx, parts)
+
+    def plan_refresh(self, ctx: PlanContext, parts: dict[str, Part]) -> Callable:
+        return refresher(self.name, ctx.strategy, parts)
 
     def planned(self, kind: str, key: tuple, device: torch.device, make: Callable[[torch.Tensor], Any],
-                plan: Callable[[Any], None]) -> tuple[Any, tuple]:
-        """A wrapper of this kind and shape (idle or new), planned, and its lease (pool key, wrapper).
-        A plan that overflows the float workspace runs again on a larger one, with a new wrapper."""
+                plan: Callable[[Any], None]) -> tuple[Any, Callable[[], None]]:
+        """A wrapper of this kind and shape (idle or new), planned, and its Part.release (back to the
+        pool). A plan that overflows the float workspace runs again on a larger one, with a new wrapper."""
         for _ in range(PLAN_ATTEMPTS):
             workspace = self.workspace.get(device)
             lease_key = (kind, device, self.workspace.generation[device], *key)
             wrapper = self.pool.take(lease_key, lambda workspace=workspace: make(workspace))
             try:
                 plan(wrapper)
-                return wrapper, (lease_key, wrapper)
+                return wrapper, self.pool.releaser(lease_key, wrapper)
             except Exception as exc:
                 needed = float_overflow(exc)
                 if needed is None:
@@ -184,18 +158,9 @@ class FlashInferBackend(Backend):
         raise RuntimeError(f"FlashInfer's {kind} plan still overflows a {self.workspace.get(device).numel()}-byte "
                            "float workspace")
 
-    def plan_varlen(self, point: SweepPoint, md: VarlenMetadata) -> Part:
-        return self.prefill_part(point, md, graph=False)
-
-    def plan_kvcache(self, point: SweepPoint, md: KVCacheMetadata) -> Part:
-        return self.decode_part(point, md, graph=False)
-
-    def unified_part(self, point: SweepPoint, md: VarlenMetadata, graph: bool) -> Part:
-        return self.prefill_part(point, md, graph)
-
     def prefill_part(self, point: SweepPoint, md: VarlenMetadata, graph: bool) -> Part:
         """BatchPrefillWithPagedKVCacheWrapper over md's sequences; q/out are their tokens."""
-        fi, device, dtype = self.fi(), md.seqused_k.device, torch_dtype(point.dtype)
+        fi, device, dtype = self.lib(), md.seqused_k.device, torch_dtype(point.dtype)
         num_seqs, capacity = md.num_seqs, md.block_table.numel()
         rows = num_seqs * md.max_seqlen_q  # the most query rows a batch of md's buffers can bring
         made: list = []
@@ -226,14 +191,14 @@ class FlashInferBackend(Backend):
             plan(wrapper, md)
 
         key = (True, num_seqs, rows, capacity) if graph else (False,)
-        wrapper, lease = self.planned("prefill", key, device, make, first_plan)
+        wrapper, release = self.planned("prefill", key, device, make, first_plan)
 
         def launch(q, k_cache, v_cache, out):
             wrapper.run(q, (k_cache, v_cache), out=out)
 
-        details = {"fi_graph_mode": graph, "fi_prefill_backend": str(getattr(wrapper, "_backend", "unknown")),
+        details = {"fi_graph_mode": graph, "fi_prefill_backend": str(plan_choice(wrapper, "_backend")),
                    **plan_info_details(wrapper, "prefill")}
-        return Part(launch, details, lease, (lambda md: plan(wrapper, md)) if graph else None)
+        return Part(launch, details, replan=(lambda md: plan(wrapper, md)) if graph else None, release=release)
 
     def decode_part(self, point: SweepPoint, md: KVCacheMetadata, graph: bool) -> Part:
         """BatchDecodeWithPagedKVCacheWrapper over md's sequences; q/out are [seqs, 1, heads, dim].
@@ -245,11 +210,10 @@ class FlashInferBackend(Backend):
                                     md.token_offset)
             part = self.prefill_part(point, varlen, graph=False)
             flat = part.launch
-            part.launch = lambda q4, k_cache, v_cache, out4: flat(q4.flatten(0, 1), k_cache, v_cache,
-                                                                   out4.flatten(0, 1))
             part.details["fi_decode_wrapper"] = f"BatchPrefill (query_len {query_len}; BatchDecode takes 1)"
-            return part
-        fi, device, dtype = self.fi(), md.cache_seqlens.device, torch_dtype(point.dtype)
+            return dataclasses.replace(part, launch=lambda q4, k_cache, v_cache, out4: flat(
+                q4.flatten(0, 1), k_cache, v_cache, out4.flatten(0, 1)))
+        fi, device, dtype = self.lib(), md.cache_seqlens.device, torch_dtype(point.dtype)
         capacity = md.block_table.numel()
 
         def make(workspace):
@@ -263,13 +227,13 @@ class FlashInferBackend(Backend):
                          point.block_size, sm_scale=point.softmax_scale, q_data_type=dtype, kv_data_type=dtype)
 
         key = (True, n, capacity) if graph else (False,)
-        wrapper, lease = self.planned(f"decode-tc{int(DECODE_TENSOR_CORES)}", key, device, make,
-                                      lambda w: plan(w, md))
+        wrapper, release = self.planned(f"decode-tc{int(DECODE_TENSOR_CORES)}", key, device, make,
+                                        lambda w: plan(w, md))
 
         def launch(q4, k_cache, v_cache, out4):
             wrapper.run(q4.flatten(0, 1), (k_cache, v_cache), out=out4.flatten(0, 1))
 
         details = {"fi_graph_mode": graph, "fi_decode_wrapper": "BatchDecode",
                    "fi_decode_tensor_cores": DECODE_TENSOR_CORES, **plan_info_details(wrapper, "decode")}
-        return Part(launch, details, lease, (lambda md: plan(wrapper, md)) if graph else None)
+        return Part(launch, details, replan=(lambda md: plan(wrapper, md)) if graph else None, release=release)
 

@@ -6,53 +6,52 @@ request's KV into work items and spreads them over one CTA pair per SM (schedule
 TwoStageHolisticPlan), where BatchPrefill schedules query tiles. Everything else (paged index
 arrays, workspaces, wrapper reuse, re-planning) is the `flashinfer` backend's.
 
-Its limit: with 0.6.6 on the H200 it returned wrong output (relative L2 error 0.2-1.3 against the
-float32 reference) once the paged K cache spanned more than 2^32 elements (pages x page size x KV
-heads x head dim), and right output below, whatever the mix: decode batches of 12 x 64 at context
-8192 passed with 680 sequences (4.28e9 elements) and failed with 700 (4.40e9); at context 4096,
-1300 passed and 1400 failed; 8 KV heads x 128 mixed batches at context 8192 passed with 500
-decode rows (4.20e9) and failed with 900. An unsigned 32-bit element offset would do exactly that.
-Such points are skipped with that reason, rather than measured and failed.
+Its limit: with 0.6.6 it returned wrong output (far from the float32 reference) once the paged K
+cache spanned more than 2^32 elements (pages x page size x KV heads x head dim), and right output
+below, whatever the mix of decode and prefill rows: an unsigned 32-bit element offset would do
+exactly that. Such points are skipped with that reason, rather than measured and failed. The
+bisection that found the limit, batch by batch: docs/kernels/flashinfer.md.
 """
 
 from __future__ import annotations
 
 import torch
 
+from attnbench.kernels.backends.base import PlanContext
 from attnbench.kernels.backends.flashinfer import FlashInferBackend
-from attnbench.kernels.backends.flashinfer_common import (
-    Part,
-    library_version,
-    paged_kv_arrays,
-)
+from attnbench.kernels.backends.flashinfer_common import library_version, paged_kv_arrays, plan_info
+from attnbench.kernels.backends.launch import Part
 from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.metadata import VarlenMetadata
-from attnbench.kernels.workload import SweepPoint
 
 
 class FlashInferBABackend(FlashInferBackend):
     """BatchAttention (flashinfer/attention.py): one persistent kernel for prefill and decode rows.
 
     It owns a 384 MB float workspace, too small for 32 KV heads x 128 (its planner reserves
-    4 x 2 x SMs x 144 x kv_heads x (2 x head_dim + 4) bytes, scheduler.cuh TwoStageHolisticPlan:
-    ~1.27 GB on an H200), so the backend's shared, growing workspace replaces it. It keeps a
-    reference to kv_indices instead of copying them: they live in a buffer the plan owns. Its grid
-    is one CTA pair per SM whatever the batch, so it can be re-planned under a captured graph."""
+    4 x 2 x SMs x 144 x kv_heads x (2 x head_dim + 4) bytes, scheduler.cuh TwoStageHolisticPlan;
+    docs/kernels/flashinfer.md has the size on an H200), so the backend's shared, growing workspace
+    replaces it. It keeps a reference to kv_indices instead of copying them: they live in a buffer
+    the plan owns. Its grid is one CTA pair per SM whatever the batch, so it can be re-planned under
+    a captured graph."""
 
     name = "flashinfer-ba"
     description = "FlashInfer BatchAttention: one persistent kernel over the whole batch (unified)"
     strategies = ("unified",)
-    max_cache_elements = 2**32  # the module docstring: past it, BatchAttention 0.6.6 was wrong on the H200
-    cache_limit_why = "past 2^32; BatchAttention (0.6.6) returned wrong output past it on the H200 (relative L2 error 0.2-1.3)"
+    max_cache_elements = 2**32  # the module docstring: past it, BatchAttention 0.6.6 returned wrong output
+    cache_limit_why = ("past 2^32; BatchAttention (0.6.6) returned wrong output past it "
+                       "(docs/kernels/flashinfer.md)")
 
     def unavailable_reason(self) -> str | None:
         reason = super().unavailable_reason()
-        if reason is None and not hasattr(self.fi(), "BatchAttention"):
-            return f"flashinfer {library_version(self.fi())} has no BatchAttention"
+        if reason is None and not hasattr(self.lib(), "BatchAttention"):
+            return f"flashinfer {library_version(self.lib())} has no BatchAttention"
         return reason
 
-    def unified_part(self, point: SweepPoint, md: VarlenMetadata, graph: bool) -> Part:
-        fi, device, dtype = self.fi(), md.seqused_k.device, torch_dtype(point.dtype)
+    def plan_varlen(self, ctx: PlanContext, md: VarlenMetadata) -> Part:
+        """One BatchAttention over the whole batch (unified, its only strategy), re-plannable in place."""
+        point = ctx.point
+        fi, device, dtype = self.lib(), md.seqused_k.device, torch_dtype(point.dtype)
         kv_indices = torch.zeros(max(md.block_table.numel(), 1), dtype=torch.int32, device=device)
         lse = torch.empty((md.num_tokens, point.num_heads), dtype=torch.float32, device=device)
 
@@ -70,14 +69,11 @@ class FlashInferBABackend(FlashInferBackend):
                          point.num_heads, point.num_kv_heads, point.head_dim, point.head_dim, point.block_size,
                          causal=point.causal, sm_scale=point.softmax_scale, q_data_type=dtype, kv_data_type=dtype)
 
-        wrapper, lease = self.planned("ba", (), device, make, lambda w: plan(w, md))
+        wrapper, release = self.planned("ba", (), device, make, lambda w: plan(w, md))
 
         def launch(q, k_cache, v_cache, out):
             wrapper.run(q, (k_cache, v_cache), out=out, lse=lse)
 
-        try:  # HolisticPlanInfo starts with num_blks_x, num_blks_y (scheduler.cuh)
-            info = [int(v) for v in wrapper._plan_info][:2]
-            details = {"fi_ba_ctas": info[0] * info[1]}
-        except (AttributeError, TypeError, ValueError, IndexError):
-            details = {}
-        return Part(launch, details, lease, lambda md: plan(wrapper, md))
+        info = plan_info(wrapper) or []  # HolisticPlanInfo starts with num_blks_x, num_blks_y (scheduler.cuh)
+        details = {"fi_ba_ctas": info[0] * info[1]} if len(info) >= 2 else {}
+        return Part(launch, details, replan=lambda md: plan(wrapper, md), release=release)

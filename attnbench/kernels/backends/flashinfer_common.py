@@ -12,8 +12,9 @@ BatchDecodeWithPagedKVCacheWrapper.__init__). The float workspace only holds spl
 outputs while one run executes, so one per device serves every wrapper of a backend instance (runs
 are ordered on one stream). It grows when a plan asks for more: FlashInfer's planner raises "Buffer
 overflow when allocating memory for <name> with size <n> ... Increase the workspace buffer size"
-(include/flashinfer/allocator.h); CUDA-graph-mode plans reserve for a padded grid, e.g. ~1.3 GB for
-4000 decode rows x 32 heads x 128. Wrappers planned before keep the buffer they were planned with.
+(include/flashinfer/allocator.h); CUDA-graph-mode plans reserve for a padded grid, which grows with the
+batch size, heads and head dim (docs/kernels/flashinfer.md has sizes). Wrappers planned before keep
+the buffer they were planned with.
 The int workspace holds a plan's schedule (plan_info) and a graph-mode wrapper's fixed index
 buffers hold its page table: both belong to one wrapper, and a wrapper to one live plan. Plans
 alive together (unified and split timed interleaved, a split plan's two wrappers, the e2e engine's
@@ -28,22 +29,19 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
-from importlib import metadata as importlib_metadata
 from typing import Any
 
 import torch
 
-from attnbench.kernels.backends.base import Launch
+from attnbench.kernels.backends.base import dist_version
+from attnbench.kernels.backends.launch import Part
 from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
 
 FLOAT_WORKSPACE_BYTES = 256 << 20  # vLLM's FLASHINFER_WORKSPACE_BUFFER_SIZE
 POOL_SIZE = 16  # idle wrappers kept for reuse, all shapes together
 HEAD_DIMS = (64, 128, 256)  # FlashInfer's attention head dims (vLLM's FlashInferBackend lists the same)
-DTYPES = ("bfloat16", "float16")
 INSTALL = "pip install flashinfer-python"  # no [extra] here: the backends table reads brackets as markup
 # FlashInfer's float-workspace allocations (scheduler.cuh: PrefillPlan, DecodePlan, TwoStageHolisticPlan)
 OVERFLOW = re.compile(r"allocating memory for (\w*(?:tmp_v|tmp_s|partial_o|partial_lse)) with size (\d+)")
@@ -64,12 +62,7 @@ def find_flashinfer() -> tuple[Any, str | None]:
 
 def library_version(module: Any) -> str:
     version = getattr(module, "__version__", None)
-    if version:
-        return str(version)
-    try:
-        return importlib_metadata.version("flashinfer-python")
-    except importlib_metadata.PackageNotFoundError:
-        return "unknown"
+    return str(version) if version else dist_version("flashinfer-python")
 
 
 def paged_kv_arrays(kv_lens: torch.Tensor, block_table: torch.Tensor,
@@ -160,10 +153,10 @@ class WrapperPool:
             del self.idle[key]
         return wrapper
 
-    def release_with(self, plan: object, leases: list[tuple[tuple, Any]]) -> None:
-        """When `plan` is collected, its wrappers (key, wrapper) become idle."""
-        finalizer = weakref.finalize(plan, self.returned.extend, list(leases))
-        finalizer.atexit = False
+    def releaser(self, key: tuple, wrapper: Any) -> Callable[[], None]:
+        """Part.release of a plan holding `wrapper`: once the plan is collected, the wrapper is idle.
+        It runs as a finalizer, at any point of the program: appending is all it does."""
+        return functools.partial(self.returned.append, (key, wrapper))
 
     def _settle(self) -> None:
         while self.returned:
@@ -177,36 +170,38 @@ class WrapperPool:
                 del self.idle[oldest]
 
 
+UNKNOWN = "unknown"
+
+
+def plan_choice(wrapper: Any, attribute: str) -> Any:
+    """What a wrapper's plan() chose, kept by FlashInfer in a private attribute: the only such read
+    in attnbench. FlashInfer 0.6.6 has no public accessor for either of the two read here (its
+    wrappers expose is_cuda_graph_enabled and use_tensor_cores, nothing of the plan): `_plan_info`,
+    the scheduler's plan as a list of ints, and `_backend`, the kernel family backend="auto"
+    resolved to. A release that renames or drops one gives "unknown" here, never an AttributeError."""
+    return getattr(wrapper, attribute, UNKNOWN)
+
+
+def plan_info(wrapper: Any) -> list[int] | None:
+    """The wrapper's plan_info as ints (plan_choice), or None when unknown or not a sequence of ints."""
+    info = plan_choice(wrapper, "_plan_info")
+    try:
+        return None if info is UNKNOWN else [int(v) for v in info]
+    except (TypeError, ValueError):  # None before a plan, or not ints
+        return None
+
+
 def plan_info_details(wrapper: Any, part: str) -> dict:
     """What a wrapper's plan chose, read from its plan_info (scheduler.cuh ToVector layouts):
     DecodePlanInfo has 10 entries (split_kv last), PrefillPlanInfo 15 (cta_tile_q at 3, split_kv
-    last); FA3's PrefillPlanSM90Info (9) has no split-KV. Empty when the layout is not one of these."""
-    try:
-        info = [int(v) for v in getattr(wrapper, "_plan_info", None)]
-    except (TypeError, ValueError):  # no plan_info (None), or not a sequence of ints
-        return {}
+    last); FA3's PrefillPlanSM90Info (9) has no split-KV. Empty when the layout is unknown or not
+    one of these."""
+    info = plan_info(wrapper) or []
     if len(info) == 10:
         return {f"fi_{part}_split_kv": bool(info[9])}
     if len(info) == 15:
         return {f"fi_{part}_split_kv": bool(info[14]), f"fi_{part}_cta_tile_q": info[3]}
     return {}
-
-
-@dataclass
-class Part:
-    """One planned FlashInfer wrapper over some of the batch's sequences: a Launch on their tokens
-    (4-D [seqs, query_len, heads, dim] for a decode part, as base.as_batched gives it), what the
-    wrapper chose, its pool lease (key, wrapper), how to re-plan it in place (graph mode only), and
-    its share of Plan.static_kv (work done once on unchanging caches; returns details to record)."""
-
-    launch: Launch
-    details: dict
-    lease: tuple
-    replan: Callable[[Any], None] | None = None
-    static_kv: Callable[[torch.Tensor, torch.Tensor], dict] | None = None
-
-    def __call__(self, q, k_cache, v_cache, out) -> None:
-        self.launch(q, k_cache, v_cache, out)
 
 
 def refresher(backend: str, strategy: str, parts: dict[str, Part]) -> Callable:

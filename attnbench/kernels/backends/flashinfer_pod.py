@@ -41,6 +41,7 @@ captured on.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -49,20 +50,16 @@ from typing import Any
 
 import torch
 
-from attnbench.kernels.backends.base import on_tokens
-from attnbench.kernels.backends.flashinfer_common import (
-    Part,
-    paged_kv_arrays,
-    plan_info_details,
-)
+from attnbench.kernels.backends.flashinfer_common import paged_kv_arrays, plan_info_details
+from attnbench.kernels.backends.launch import Part, on_tokens
 from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
 from attnbench.kernels.workload import SweepPoint
 
 GRAPH_REFUSAL = ("fused: FlashInfer's POD (0.6.6, include/flashinfer/attention/pod.cuh) zeroes its CTA-scheduler "
                  "counters with a cudaMemset on the legacy stream before each launch, which a captured graph does not "
-                 "replay: on the H200 every replay after the first did none of the work (0.026 ms against split's "
-                 "0.53 ms, 1716 % of peak bandwidth) and left the first run's output; POD is timed eagerly")
+                 "replay: every replay after the first did none of the work, far faster than the kernel can be, and "
+                 "left the first run's output (docs/kernels/flashinfer.md); POD is timed eagerly")
 POD_MAX_GROUP = 16  # csrc/pod.cu's decode CTA_TILE_Q: the planner's tile for groups of up to 16
 GATHER_REPEATS = 5  # timed gathers behind fi_pod_gather_us (their median)
 IN_LAUNCH_KERNELS = "2 index_select (prefill K/V pages to contiguous) + 2 copies (POD's outputs to out)"
@@ -128,12 +125,12 @@ def sub_varlen(md: VarlenMetadata, lo: int, hi: int, cu: list[int], kv_lens: lis
 
 def pod_parts(fi: Any, point: SweepPoint, md: SplitMetadata,
               planned: Callable[[str, tuple, torch.device, Callable, Callable], tuple],
-              plan_prefill: Callable[[SweepPoint, VarlenMetadata], Part]) -> dict[str, Part]:
+              plan_prefill: Callable[[VarlenMetadata], Part]) -> dict[str, Part]:
     """POD over the decodes and the largest prefill request ("fused"); BatchPrefill (`plan_prefill`:
     the backend's eager prefill part) over the other prefill requests before and after it in q
     ("fused-prefill-before", "fused-prefill-after"), where there are any. Each part's launch takes
     the whole batch (decode tokens first). `planned(kind, key, device, make, plan)` is
-    the backend's wrapper source: a reused or new wrapper, planned, and its lease."""
+    the backend's wrapper source: a reused or new wrapper, planned, and its Part.release."""
     dec, pre = md.decode, md.prefill
     refusal = pod_refusal(dec.num_seqs, dec.query_len, point.num_heads // point.num_kv_heads)
     if refusal:
@@ -151,9 +148,9 @@ def pod_parts(fi: Any, point: SweepPoint, md: SplitMetadata,
                                     f"({len(extras)} launch{'es' if len(extras) > 1 else ''})")
     parts = {"fused": pod}
     for side, sub in extras.items():
-        part = plan_prefill(point, sub)
-        parts[f"fused-prefill-{side}"] = Part(on_tokens(part.launch, sub.token_offset, sub.token_offset + sub.num_tokens),
-                                              part.details, part.lease)
+        part = plan_prefill(sub)
+        parts[f"fused-prefill-{side}"] = dataclasses.replace(
+            part, launch=on_tokens(part.launch, sub.token_offset, sub.token_offset + sub.num_tokens))
     return parts
 
 
@@ -179,7 +176,7 @@ def pod_part(fi: Any, point: SweepPoint, dec: KVCacheMetadata, block_row: torch.
         wrapper.plan(indptr, indices, last_page_len, point.num_heads, point.num_kv_heads, point.head_dim, page,
                      q_data_type=dtype, kv_data_type=dtype, sm_scale=point.softmax_scale)
 
-    wrapper, lease = planned("pod", (), device, make, plan)
+    wrapper, release = planned("pod", (), device, make, plan)
 
     def gather(k_cache, v_cache) -> None:
         torch.index_select(k_cache, 0, pages, out=k_pages)
@@ -208,17 +205,4 @@ def pod_part(fi: Any, point: SweepPoint, dec: KVCacheMetadata, block_row: torch.
                "fi_fused": f"POD: 1 prefill request ({q_len} tokens, {kv_len} keys) + {num_decode} decodes",
                "fi_pod_kv_gather": "in-launch", "fi_pod_extra_kernels": IN_LAUNCH_KERNELS,
                **plan_info_details(wrapper, "decode")}
-    return Part(launch, details, lease, static_kv=static_kv)
-
-
-def plan_static_kv(parts: dict[str, Part], details: dict) -> Callable[[torch.Tensor, torch.Tensor], None] | None:
-    """Plan.static_kv for a plan of these parts: each part that can do work once on unchanging
-    caches does it, and what it did lands in the plan's details. None when no part can."""
-    hoists = [part.static_kv for part in parts.values() if part.static_kv is not None]
-    if not hoists:
-        return None
-
-    def static_kv(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
-        for hoist in hoists:
-            details.update(hoist(k_cache, v_cache))
-    return static_kv
+    return Part(launch, details, static_kv=static_kv, release=release)

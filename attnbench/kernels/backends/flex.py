@@ -1,9 +1,9 @@
 """torch FlexAttention over the paged KV cache: the compiler's kernel, not a hand-written one.
 
 Formulation. The whole physical cache is one KV "sequence" of pages * block_size slots, read in
-place. A BlockMask built at plan time lists, per query tile, the physical pages its rows may see
-(pages are shuffled; nothing assumes contiguity), so the kernel skips all others: its KV block
-is the page. A `mask_mod` masks inside partly visible pages with int32 tables made once: slot ->
+place. A BlockMask built at plan time (flex_mask.py) lists, per query tile, the physical pages its
+rows may see (pages are shuffled; nothing assumes contiguity), so the kernel skips all others: its
+KV block is the page. A `mask_mod` masks inside partly visible pages with int32 tables made once: slot ->
 sequence, slot -> logical position, and per query token the last position it sees (bottom-right
 causal: query i of q_len sees up to kv_len - q_len + i; kv_len - 1 if not causal). Pages a whole
 tile sees are full blocks, which skip the mask_mod.
@@ -12,8 +12,8 @@ tile sees are full blocks, which skip the mask_mod.
   flex_attention kernel (FORCE_USE_FLEX_ATTENTION). When the mean query length is under 16,
   each KV head's group of query heads is folded into rows ([1, Hkv, tokens * group, D], a copy
   of q; FA3's PackGQA): a 16-row tile of decodes then spans 16 / group sequences, not 16, and
-  reads a page once per KV head (measured on the H200: 4x faster on 1000 decodes; slower on
-  prefill, so not there). `q_block` is the largest power of two in [16, 128] <= mean rows/seq.
+  reads a page once per KV head (faster on decodes, slower on prefill, so not there:
+  docs/kernels/flex.md). `q_block` is the largest power of two in [16, 128] <= mean rows/seq.
 - split (`plan_kvcache`): the decode part is batched, [seqs, H, query_len, D] against the cache
   broadcast over the batch, one page list per sequence: torch's split-KV flex_decoding kernel
   (query_len < 128, power-of-two GQA ratio). The rest is unified.
@@ -37,65 +37,19 @@ import math
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib.util import find_spec
 
 import torch
 
-from attnbench.kernels.backends.base import Backend, Launch, Plan
+from attnbench.kernels.backends.base import Backend, PlanContext
+from attnbench.kernels.backends.flex_mask import PagedLayout, build_mask, flex_api, mask_shape, tile_spans
+from attnbench.kernels.backends.launch import Part
 from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.metadata import KVCacheMetadata, VarlenMetadata, num_cache_blocks, split_batch
 from attnbench.kernels.workload import Batch, SweepPoint, build_batch
 
 MAX_MASK_ENTRIES = 1 << 26  # kv_indices entries of one BlockMask (int32): 256 MiB
 MAX_EAGER_BYTES = 4 << 30  # CPU eager path: its dense [B, H, q, slots] score working set
-NO_POSITION = torch.iinfo(torch.int32).max  # slot_pos of a slot no sequence owns
-
-
-def _flex():
-    from torch.nn.attention.flex_attention import BlockMask, flex_attention
-    return BlockMask, flex_attention
-
-
-def tile_spans(q_lens, kv_lens, q_block: int, block_size: int, causal: bool, pack: int = 1):
-    """Per query tile of q_block rows (row = token * pack + head in its group): [(sequence, full
-    pages, visible pages)], pages counted from logical 0. A page is full when the tile holds one
-    sequence and every row of it sees every slot of the page."""
-    starts, seq, tiles = [0, *itertools.accumulate(q_lens)], 0, []
-    for row in range(0, starts[-1] * pack, q_block):  # the tile's tokens: [lo, hi)
-        lo, hi = row // pack, math.ceil(min(row + q_block, starts[-1] * pack) / pack)
-        while starts[seq + 1] <= lo:
-            seq += 1
-        spans, s = [], seq
-        while s < len(q_lens) and starts[s] < hi:
-            a, b = max(lo, starts[s]) - starts[s], min(hi, starts[s + 1]) - starts[s]
-            shift = kv_lens[s] - q_lens[s] if causal else kv_lens[s] - 1
-            lim_min, lim_max = (shift + a, shift + b - 1) if causal else (shift, shift)
-            visible = min(math.ceil(kv_lens[s] / block_size), lim_max // block_size + 1) if lim_max >= 0 else 0
-            single = starts[s] <= lo and starts[s + 1] >= hi
-            full = min(visible, max(0, lim_min + 1) // block_size) if single else 0
-            spans, s = spans + ([(s, full, visible)] if visible else []), s + 1
-        tiles.append(spans)
-    return tiles
-
-
-def _mask_shape(entries) -> tuple[int, int]:
-    """(tiles per batch entry, pages the widest tile lists): the kv_indices shape, batch aside."""
-    return max(map(len, entries)), max([sum(v for *_, v in tile) for tiles in entries for tile in tiles] + [1])
-
-
-@dataclass(frozen=True)
-class PagedLayout:
-    """One launch's q as flex sees it: `batch` entries of `tokens`, row = token * pack + head in group."""
-
-    batch: int
-    tokens: int
-    pack: int
-    q_block: int  # query rows per tile
-    kernel: str  # flex_attention or flex_decoding: torch's choice for these shapes, predicted
-    kernel_options: tuple  # (name, value) pairs
-
-
 def _layout(point: SweepPoint, batch: int, tokens: int, mean_q: float, decoding: bool) -> PagedLayout:
     group = point.num_heads // point.num_kv_heads
     block_n = min(64, point.block_size & -point.block_size)  # a power of two dividing the page
@@ -121,44 +75,6 @@ def _launch_shapes(point: SweepPoint, strategy: str, batch: Batch):
         q, kv = [batch.query_lens[i] for i in prefill], [batch.kv_lens[i] for i in prefill]
         out.append((_layout(point, 1, sum(q), sum(q) / len(q), False), [(q, kv)]))
     return out
-
-
-def build_mask(layout: PagedLayout, q_lens, kv_lens, block_table: list, block_size: int, causal: bool, device):
-    """The launch's BlockMask over the first `slots` cache slots, its slots and kv_indices entries."""
-    BlockMask, _ = _flex()
-    pages = [row[:math.ceil(kv / block_size)] for row, kv in zip(block_table, kv_lens)]
-    used = [p for row in pages for p in row]
-    if len(set(used)) != len(used):
-        raise ValueError("flex: a page is shared by two sequences; each page must belong to one")
-    num_pages, pack = max(used) + 1, layout.pack
-    page_seq, page_logical = torch.full((num_pages,), -1), torch.full((num_pages,), NO_POSITION // block_size)
-    page_seq[used] = torch.tensor([s for s, row in enumerate(pages) for _ in row])
-    page_logical[used] = torch.tensor([j for row in pages for j in range(len(row))])
-    slot_seq = page_seq.repeat_interleave(block_size).to(torch.int32).to(device)
-    slot_pos = (page_logical[:, None] * block_size + torch.arange(block_size)).flatten().to(torch.int32).to(device)
-    limits = [kv - q + i if causal else kv - 1 for q, kv in zip(q_lens, kv_lens) for i in range(q)]
-    q_limit = torch.tensor(limits, dtype=torch.int32).view(layout.batch, layout.tokens).to(device)
-    q_seq = torch.repeat_interleave(torch.arange(len(q_lens), dtype=torch.int32), torch.tensor(q_lens)).view(
-        layout.batch, layout.tokens).to(device)
-
-    def mask_mod(b, h, q_idx, kv_idx):
-        token = q_idx // pack
-        return (slot_seq[kv_idx] == q_seq[b, token]) & (slot_pos[kv_idx] <= q_limit[b, token])
-
-    groups = [(q_lens, kv_lens, pages)] if layout.batch == 1 else \
-        [([q], [k], [p]) for q, k, p in zip(q_lens, kv_lens, pages)]  # batched: tiles of one sequence each
-    tiles = [tile_spans(q, kv, layout.q_block, block_size, causal, pack) for q, kv, _ in groups]
-    rows, width = _mask_shape(tiles)
-    tensors = []
-    for part in (lambda row, full, vis: row[full:vis], lambda row, full, vis: row[:full]):  # partial, full
-        lists = [[[p for s, full, vis in spans for p in part(group[2][s], full, vis)] for spans in entry]
-                 + [[]] * (rows - len(entry)) for group, entry in zip(groups, tiles)]
-        counts = torch.tensor([[len(t) for t in entry] for entry in lists], dtype=torch.int32)
-        indices = torch.tensor([[t + [0] * (width - len(t)) for t in entry] for entry in lists], dtype=torch.int32)
-        tensors += [counts.view(-1, 1, rows).to(device), indices.view(-1, 1, rows, width).to(device)]
-    block_mask = BlockMask.from_kv_blocks(*tensors, (layout.q_block, block_size), mask_mod, compute_q_blocks=False,
-                                          seq_lengths=(layout.tokens * pack, num_pages * block_size))
-    return block_mask, num_pages * block_size, layout.batch * rows * width
 
 
 def _attend(flex, layout: PagedLayout, block_mask, slots: int, scale: float, options, q, k_cache, v_cache):
@@ -188,12 +104,12 @@ def _write_out(layout: PagedLayout, result: torch.Tensor, out: torch.Tensor) -> 
 
 
 @functools.cache
-def _compiled_flex() -> Callable:
+def _compiledflex_api() -> Callable:
     """One torch.compile'd flex_attention for the process: a new shape adds a graph to it."""
     # a sweep compiles a graph per shape; past dynamo's limit (8) the rest would run eagerly, unsaid
     for limit in ("recompile_limit", "accumulated_recompile_limit"):
         setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 4096))
-    return torch.compile(_flex()[1], fullgraph=True, dynamic=False)
+    return torch.compile(flex_api()[1], fullgraph=True, dynamic=False)
 
 
 class FlexBackend(Backend):
@@ -207,15 +123,15 @@ class FlexBackend(Backend):
     cache_limit_why = ("past the 2^31 that its Triton kernels' int32 offsets reach (pytorch#190857, vllm#50427); "
                        "use fewer or shorter sequences")
     dtypes = ("bfloat16", "float16")
-    opt_in = True  # every new shape compiles (1-4 s on an H200): a default sweep would pay it per point
+    opt_in = True  # every new shape compiles for seconds (docs/kernels/flex.md): a default sweep would pay it per point
 
     def __init__(self):
-        self._compiles: dict[tuple, float] = {}  # shape key -> seconds its first call took
-        self._parts: list[dict] = []  # what each primitive of the plan being made chose
+        # shape key -> seconds its first call took: the process's compile cache, shared by every plan
+        self._compiles: dict[tuple, float] = {}
 
     def unavailable_reason(self) -> str | None:
         try:
-            _flex()
+            flex_api()
         except Exception as exc:  # ImportError, or a torch whose module fails to load: said, not raised
             return f"torch {torch.__version__} has no torch.nn.attention.flex_attention ({type(exc).__name__}: {exc})"
         return None
@@ -234,7 +150,7 @@ class FlexBackend(Backend):
         slots = num_cache_blocks(batch, point.block_size) * point.block_size
         for layout, groups in _launch_shapes(point, strategy, batch):
             tiles = [tile_spans(q, kv, layout.q_block, point.block_size, point.causal, layout.pack) for q, kv in groups]
-            entries = layout.batch * math.prod(_mask_shape(tiles))
+            entries = layout.batch * math.prod(mask_shape(tiles))
             if entries > MAX_MASK_ENTRIES:
                 return f"flex: its BlockMask would list {entries:,} pages (limit {MAX_MASK_ENTRIES:,})"
             dense = layout.batch * point.num_heads * layout.tokens * slots * 16
@@ -243,48 +159,45 @@ class FlexBackend(Backend):
                         f"(limit {MAX_EAGER_BYTES // 2**30} GiB); use fewer tokens or a GPU")
         return None
 
-    def plan(self, strategy: str, point: SweepPoint, metadata) -> Plan:
-        self._parts = []  # the primitives append what they chose; plan_details reads it
-        return super().plan(strategy, point, metadata)
-
-    def plan_details(self, point, metadata) -> dict:
-        parts, self._parts = self._parts, []  # in launch order: the decode part first
-        joined = lambda key: "+".join(str(p[key]) for p in parts)
-        compiled = parts[0]["flex_mode"] == "compiled"
-        return {"flex_mode": parts[0]["flex_mode"], "flex_kernel": joined("flex_kernel"),
-                "compile_s": sum(p["compile_s"] for p in parts) if compiled else None,
+    def plan_details(self, ctx: PlanContext, parts: dict[str, Part]) -> dict:
+        """Each part's choices, joined in launch order (decode first): one row describes both."""
+        chosen = [part.details for part in parts.values()]
+        joined = lambda key: "+".join(str(p[key]) for p in chosen)  # noqa: E731
+        compiled = chosen[0]["flex_mode"] == "compiled"
+        return {"flex_mode": chosen[0]["flex_mode"], "flex_kernel": joined("flex_kernel"),
+                "compile_s": sum(p["compile_s"] for p in chosen) if compiled else None,
                 "compile_cache": joined("compile_cache"),
-                "flex_q_block": joined("q_block"), "flex_kv_block": point.block_size,
-                "flex_mask_entries": sum(p["entries"] for p in parts)}
+                "flex_q_block": joined("q_block"), "flex_kv_block": ctx.point.block_size,
+                "flex_mask_entries": sum(p["entries"] for p in chosen)}
 
-    def plan_varlen(self, point, md: VarlenMetadata) -> Launch:
+    def plan_varlen(self, ctx: PlanContext, md: VarlenMetadata) -> Part:
         cu = md.cu_seqlens_q.tolist()
-        layout = _layout(point, 1, md.num_tokens, md.num_tokens / md.num_seqs, False)
+        layout = _layout(ctx.point, 1, md.num_tokens, md.num_tokens / md.num_seqs, False)
         q_lens = [b - a for a, b in itertools.pairwise(cu)]
-        return self._plan(point, layout, q_lens, md.seqused_k.tolist(), md.block_table)
+        return self._plan(ctx.point, layout, q_lens, md.seqused_k.tolist(), md.block_table)
 
-    def plan_kvcache(self, point, md: KVCacheMetadata) -> Launch:
-        layout = _layout(point, md.num_seqs, md.query_len, md.query_len, True)
-        return self._plan(point, layout, [md.query_len] * md.num_seqs, md.cache_seqlens.tolist(), md.block_table)
+    def plan_kvcache(self, ctx: PlanContext, md: KVCacheMetadata) -> Part:
+        layout = _layout(ctx.point, md.num_seqs, md.query_len, md.query_len, True)
+        return self._plan(ctx.point, layout, [md.query_len] * md.num_seqs, md.cache_seqlens.tolist(), md.block_table)
 
-    def _plan(self, point, layout: PagedLayout, q_lens, kv_lens, block_table) -> Launch:
+    def _plan(self, point, layout: PagedLayout, q_lens, kv_lens, block_table) -> Part:
         block_mask, slots, entries = build_mask(layout, q_lens, kv_lens, block_table.tolist(), point.block_size,
                                                 point.causal, block_table.device)
         compiled = block_table.device.type == "cuda"
         if compiled:  # e2e: a cache sized by the engine, not by a sweep point (supports checks those)
             self.require_cache(slots * point.num_kv_heads * point.head_dim)
-        flex, options = (_compiled_flex(), dict(layout.kernel_options)) if compiled else (_flex()[1], None)
+        flex, options = (_compiledflex_api(), dict(layout.kernel_options)) if compiled else (flex_api()[1], None)
         compile_s, cache = self._warm(point, layout, slots, block_mask, flex) if compiled else (None, "none")
-        self._parts.append({"flex_mode": "compiled" if compiled else "eager", "compile_s": compile_s,
-                            "flex_kernel": layout.kernel if compiled else "dense-math", "compile_cache": cache,
-                            "q_block": layout.q_block, "entries": entries})
+        chose = {"flex_mode": "compiled" if compiled else "eager", "compile_s": compile_s,
+                 "flex_kernel": layout.kernel if compiled else "dense-math", "compile_cache": cache,
+                 "q_block": layout.q_block, "entries": entries}
 
         def launch(q, k_cache, v_cache, out):
             with warnings.catch_warnings():  # eager: torch's "without torch.compile" note (flex_mode says it)
                 warnings.simplefilter("ignore", UserWarning)
                 result = _attend(flex, layout, block_mask, slots, point.softmax_scale, options, q, k_cache, v_cache)
             _write_out(layout, result, out)
-        return launch
+        return Part(launch, chose)
 
     def _warm(self, point, layout: PagedLayout, slots: int, block_mask, flex) -> tuple[float, str]:
         """The first call for these shapes, on scratch tensors of the same shapes and strides:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from attnbench.kernels.backends.base import Backend, Launch
+from attnbench.kernels.backends.base import Backend, PlanContext
+from attnbench.kernels.backends.launch import Launch
 from attnbench.kernels.metadata import KVCacheMetadata, VarlenMetadata
 
 
@@ -86,9 +87,9 @@ class ReferenceBackend(Backend):
     def library(self) -> tuple[str, str]:
         return "torch", torch.__version__
 
-    def plan_varlen(self, point, md: VarlenMetadata) -> Launch:
+    def plan_varlen(self, ctx: PlanContext, md: VarlenMetadata) -> Launch:
         cu = md.cu_seqlens_q.tolist()
-        return _launch(point, [b - a for a, b in zip(cu, cu[1:])], md.seqused_k.tolist(), md.block_table)
+        return _launch(ctx.point, [b - a for a, b in zip(cu, cu[1:])], md.seqused_k.tolist(), md.block_table)
 
-    def plan_kvcache(self, point, md: KVCacheMetadata) -> Launch:
-        return _launch(point, [md.query_len] * md.num_seqs, md.cache_seqlens.tolist(), md.block_table)
+    def plan_kvcache(self, ctx: PlanContext, md: KVCacheMetadata) -> Launch:
+        return _launch(ctx.point, [md.query_len] * md.num_seqs, md.cache_seqlens.tolist(), md.block_table)

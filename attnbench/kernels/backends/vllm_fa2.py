@@ -15,12 +15,12 @@ from __future__ import annotations
 import functools
 import importlib
 from dataclasses import dataclass
-from importlib import metadata as importlib_metadata
 from typing import Any, Callable
 
 import torch
 
-from attnbench.kernels.backends.base import Backend, Launch, injected_or_found
+from attnbench.kernels.backends.base import LibraryBackend, PlanContext, dist_version
+from attnbench.kernels.backends.launch import Launch
 from attnbench.kernels.metadata import KVCacheMetadata, VarlenMetadata
 
 HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
@@ -34,13 +34,6 @@ class FA2Library:
     version: str
     plan_varlen: Callable[[VarlenMetadata, bool, float], Launch]
     plan_kvcache: Callable[[KVCacheMetadata, bool, float], Launch]
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib_metadata.version(dist)
-    except importlib_metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def schema_kwargs(op, **kwargs) -> dict:
@@ -87,7 +80,7 @@ def _vllm_bundled() -> FA2Library:
     except Exception:  # only imported first so vLLM's virtual module cannot shadow it
         pass
     importlib.import_module("vllm.vllm_flash_attn._vllm_fa2_C")
-    return raw_ops_library(torch.ops._vllm_fa2_C, "vllm.vllm_flash_attn", _version("vllm"))
+    return raw_ops_library(torch.ops._vllm_fa2_C, "vllm.vllm_flash_attn", dist_version("vllm"))
 
 
 def _python_api(module_name: str, dist: str) -> FA2Library:
@@ -110,7 +103,7 @@ def _python_api(module_name: str, dist: str) -> FA2Library:
                 softmax_scale=scale, causal=causal))
         return launch
 
-    return FA2Library(module_name, _version(dist), plan_varlen, plan_kvcache)
+    return FA2Library(module_name, dist_version(dist), plan_varlen, plan_kvcache)
 
 
 @functools.lru_cache(maxsize=1)
@@ -126,38 +119,19 @@ def find_library() -> tuple[FA2Library | None, str | None]:
     return None, "no FA2 build loads (" + "; ".join(reasons) + ")"
 
 
-class VllmFA2Backend(Backend):
+class VllmFA2Backend(LibraryBackend):
     name = "vllm-fa2"
     description = "vllm-flash-attn FA2: varlen_fwd (unified) / fwd_kvcache + varlen_fwd (split)"
-    graph_safe = True
     head_dims = HEAD_DIMS
-    dtypes = ("bfloat16", "float16")
 
-    def __init__(self, library: FA2Library | None = None):
-        self._library = library  # tests hand in a fake; None: find_library()
+    def find_library(self) -> tuple[FA2Library | None, str | None]:
+        return find_library()
 
-    def _lib(self) -> FA2Library:
-        return injected_or_found(self._library, find_library)
+    def describe(self, library: FA2Library) -> tuple[str, str]:
+        return library.package, library.version
 
-    def unavailable_reason(self) -> str | None:
-        if self._library is not None:
-            return None
-        if not torch.cuda.is_available():
-            return "needs a CUDA GPU (none visible)"
-        major, _ = torch.cuda.get_device_capability()
-        if major < 8:
-            return f"FA2 needs compute capability >= 8.0, this GPU has {major}.x"
-        return find_library()[1]
+    def plan_varlen(self, ctx: PlanContext, md: VarlenMetadata) -> Launch:
+        return self.lib().plan_varlen(md, ctx.point.causal, ctx.point.softmax_scale)
 
-    def library(self) -> tuple[str, str]:
-        lib = self._library or find_library()[0]
-        return (lib.package, lib.version) if lib else ("none", "")
-
-    def needs_cuda(self) -> bool:
-        return self._library is None
-
-    def plan_varlen(self, point, md: VarlenMetadata) -> Launch:
-        return self._lib().plan_varlen(md, point.causal, point.softmax_scale)
-
-    def plan_kvcache(self, point, md: KVCacheMetadata) -> Launch:
-        return self._lib().plan_kvcache(md, point.causal, point.softmax_scale)
+    def plan_kvcache(self, ctx: PlanContext, md: KVCacheMetadata) -> Launch:
+        return self.lib().plan_kvcache(md, ctx.point.causal, ctx.point.softmax_scale)

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import functools
 import importlib
-from importlib import metadata as importlib_metadata
 from typing import Any
 
 import torch
 
-from attnbench.kernels.backends.base import Backend, Launch, injected_or_found
+from attnbench.kernels.backends.base import LibraryBackend, PlanContext, dist_version
+from attnbench.kernels.backends.launch import Launch
 from attnbench.kernels.metadata import KVCacheMetadata, VarlenMetadata
 
 HEAD_DIMS = (64, 96, 128, 192, 256)
@@ -73,47 +73,36 @@ def bind(op, static: dict) -> Launch:
     return launch
 
 
-class VllmFA3Backend(Backend):
+class VllmFA3Backend(LibraryBackend):
     name = "vllm-fa3"
     description = "vllm-flash-attn FA3 (Hopper): fwd as varlen (unified) / batched + varlen (split)"
-    graph_safe = True
     head_dims = HEAD_DIMS
-    dtypes = ("bfloat16", "float16")
 
-    def __init__(self, op: Any = None):
-        self._op = op  # tests hand in a fake op; None: find_op()
+    def find_library(self) -> tuple[Any, str | None]:
+        return find_op()
 
-    def _fwd(self):
-        return injected_or_found(self._op, find_op)
-
-    def unavailable_reason(self) -> str | None:
-        if self._op is not None:
-            return None
-        if not torch.cuda.is_available():
-            return "needs a CUDA GPU (none visible)"
-        if torch.cuda.get_device_capability() != (9, 0):
+    def device_refusal(self) -> str | None:
+        if torch.cuda.is_available() and torch.cuda.get_device_capability() != (9, 0):
             major, minor = torch.cuda.get_device_capability()
             return f"FA3 runs on Hopper (sm_90), this GPU is sm_{major}{minor}"
-        return find_op()[1]
+        return super().device_refusal()
+
+    def describe(self, op: Any) -> tuple[str, str]:
+        """The op carries no version: the vllm wheel's."""
+        return "vllm.vllm_flash_attn[fa3]", dist_version("vllm")
 
     def library(self) -> tuple[str, str]:
-        try:
-            return "vllm.vllm_flash_attn[fa3]", importlib_metadata.version("vllm")
-        except importlib_metadata.PackageNotFoundError:
-            return "vllm.vllm_flash_attn[fa3]", "unknown"
+        return self.describe(self._library)  # without loading the op: a row of an unavailable FA3 still names it
 
-    def needs_cuda(self) -> bool:
-        return self._op is None
-
-    def plan_varlen(self, point, md: VarlenMetadata) -> Launch:
-        op = self._fwd()
+    def plan_varlen(self, ctx: PlanContext, md: VarlenMetadata) -> Launch:
+        op, point = self.lib(), ctx.point
         return bind(op, fwd_kwargs(
             op, cu_seqlens_q=md.cu_seqlens_q, seqused_k=md.seqused_k, page_table=md.block_table,
             max_seqlen_q=md.max_seqlen_q, max_seqlen_k=md.max_seqlen_k,
             **common_kwargs(point.softmax_scale, point.causal)))
 
-    def plan_kvcache(self, point, md: KVCacheMetadata) -> Launch:
-        op = self._fwd()
+    def plan_kvcache(self, ctx: PlanContext, md: KVCacheMetadata) -> Launch:
+        op, point = self.lib(), ctx.point
         return bind(op, fwd_kwargs(
             op, cu_seqlens_q=None, seqused_k=md.cache_seqlens, page_table=md.block_table,
             max_seqlen_q=md.query_len, max_seqlen_k=md.max_seqlen_k,
