@@ -81,25 +81,35 @@ class ContextDist:
         return self.low if self.low == self.high else rng.randint(self.low, self.high)
 
 
+# SweepPoint field metadata: what a table heads the column, and the value a results file from
+# before the field existed meant by lacking it (results/files.py fills it in when reading)
+HEADER, OLDER_FILES = "header", "older_files"
+
+
+def header(text: str) -> dict:
+    return {HEADER: text}
+
+
 @dataclass(frozen=True)
 class SweepPoint:
     """One batch configuration to measure. Plain data: safe to pickle into a worker process."""
 
     kind: str
-    num_tokens: int
-    num_heads: int
-    head_dim: int
-    num_kv_heads: int | None = None
+    num_tokens: int = field(metadata=header("query tokens"))
+    num_heads: int = field(metadata=header("heads"))
+    head_dim: int = field(metadata=header("head dim"))
+    num_kv_heads: int | None = field(default=None, metadata=header("kv heads"))
     dtype: str = "bfloat16"
     block_size: int = 16
     causal: bool = True
     context: str = "1024"
-    decode_share: float = 0.5
-    prefix_ratio: float = 0.5
+    decode_share: float = field(default=0.5, metadata=header("decode share"))
+    prefix_ratio: float = field(default=0.5, metadata=header("prefix ratio"))
     spec_k: int = 4
     prefill_len: int = 512
     seed: int = 0
-    decode_seqs: int = 0  # mixed: decode sequences beside an N-token chunk; 0: decode_share decides
+    # mixed: decode sequences beside an N-token chunk; 0: decode_share decides. Files from before it lack it.
+    decode_seqs: int = field(default=0, metadata={**header("decode seqs"), OLDER_FILES: 0})
 
     def __post_init__(self) -> None:
         if self.num_kv_heads is None:

@@ -11,34 +11,27 @@ import io
 import json
 import math
 import os
+from dataclasses import fields
 from pathlib import Path
 
 import pandas as pd
 
 from attnbench.errors import AttnbenchError
+from attnbench.kernels import rows
+from attnbench.kernels.workload import OLDER_FILES, SweepPoint
 from attnbench.results.notes import summary_notes
 from attnbench.results.rundir import replace_atomic, write_text_atomic
 from attnbench.results.tables import markdown_table, md_lines, seed_table
-from attnbench.results.telemetry import ROW_COLUMNS
 
-POINT_COLUMNS = [
-    "kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim", "dtype", "block_size", "causal",
-    "context", "decode_share", "prefix_ratio", "spec_k", "prefill_len", "seed", "decode_seqs",
-    "batch_tokens", "num_seqs", "num_decode_seqs", "max_kv_len", "total_kv_tokens", "lengths_rule",
-]
+# every column list is read off the row dataclasses (kernels/rows.py): a new field is a new column
+SWEEP_POINT_COLUMNS = rows.names(SweepPoint)  # what identifies a point (resume matches on it)
+POINT_COLUMNS = rows.names(SweepPoint, rows.BatchColumns)
+RUN_COLUMNS = rows.names(rows.RunColumns)
 # a mixed batch's prefill part and decode part, each timed alone (split's two launches; kernels/parts.py)
 PART_COLUMNS = ("prefill_part_ms", "decode_part_ms")
-RUN_COLUMNS = ["device", "gpu", "backend", "library", "library_version", "strategy", "mode", "l2"]
-MEASURE_COLUMNS = [
-    "median_ms", "p10_ms", "p90_ms", *PART_COLUMNS, "samples", "calls_per_sample", "converged", "host_metadata_us",
-    "host_plan_us",
-    "kernel_launches", "gflop", "mbytes", "tflops", "gbps", "pct_of_peak", "peak_source",
-    "rel_l2_error", "max_abs_error", "tolerance", "verdict", "reason",
-    "replicates", "replicate_medians_ms", "replicate_samples", *ROW_COLUMNS, "details", "samples_ms",
-]
-COLUMNS = POINT_COLUMNS + RUN_COLUMNS + MEASURE_COLUMNS
+MEASURE_COLUMNS = rows.names(rows.Measurement, rows.Clocks, rows.RawCells)
+COLUMNS = rows.names(*rows.ROW_PARTS)
 # what identifies a measurement across runs (compare matches rows on it)
-SWEEP_POINT_COLUMNS = POINT_COLUMNS[:15]  # the SweepPoint fields
 KEY_COLUMNS = SWEEP_POINT_COLUMNS + ["backend", "strategy", "mode", "l2"]
 
 
@@ -99,8 +92,9 @@ def cell(value):
     return "" if value is None else value
 
 
-TEXT_COLUMNS = {"reason": str, "samples_ms": str, "peak_source": str, "replicate_medians_ms": str,
-                "replicate_samples": str, "throttle_reasons": str, "clock_flag": str, "details": str}
+# text columns pandas must not guess a type for (an all-blank column is not a float; "1 2" not a number)
+TEXT_COLUMNS = {f.name: str for part in (rows.Measurement, rows.Clocks, rows.RawCells) for f in fields(part)
+                if f.type == "str | None"}
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
@@ -116,7 +110,7 @@ def load_results(path: str | Path) -> pd.DataFrame:
 
 # kernel key columns added since the first results files, and the value older rows meant by leaving
 # them out (or blank: rows an older run left that a later --resume kept)
-ADDED_KEYS = {"decode_seqs": 0}
+ADDED_KEYS = {f.name: f.metadata[OLDER_FILES] for f in fields(SweepPoint) if OLDER_FILES in f.metadata}
 
 
 def with_added_keys(df: pd.DataFrame) -> pd.DataFrame:
