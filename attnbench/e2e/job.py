@@ -27,7 +27,8 @@ from attnbench.e2e.engine import estimate_bytes
 from attnbench.e2e.graphs import cudagraph_of, graph_mode
 from attnbench.e2e.model import ModelArgs, fused
 from attnbench.e2e.parallel import TensorParallel, agree, check_tp, describe, from_leader, rank_args, tensor_parallel
-from attnbench.e2e.report import E2E_POINT, write_e2e_outputs
+from attnbench.e2e.report import write_e2e_outputs
+from attnbench.e2e.rows import E2E_POINT, E2EPoint, E2ERun
 from attnbench.e2e.runner import (
     GiB,
     E2EArgs,
@@ -44,6 +45,7 @@ from attnbench.interrupts import SignalReceived, interrupted, signals_raise
 from attnbench.kernels.backends.registry import get_backend, resolve_backends
 from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.plan import check_measured
+from attnbench.kernels.rows import cells
 from attnbench.kernels.workload import DTYPE_ALIASES
 from attnbench.results import files, rundir
 from attnbench.results.env import collect
@@ -171,9 +173,8 @@ def run_ranks(args: E2EArgs, console: Console, command: list[str], margs: ModelA
         out_dir, env, rows, agreements, points = from_leader(tp, open_run)
         spec = ModelSpec(margs, path, dtype_name, device, args.seed, max_bs, max_model_len, args.block_size,
                          args.chunk_size, tp)
-        base = {"model": margs.name, "params_b": round(margs.num_params / 1e9, 3), "dtype": dtype_name,
-                "block_size": args.block_size, "chunk_size": args.chunk_size or 0, "device": device.type,
-                "gpu": gpu_name or "cpu", "tp": tp.size, "warmup": args.warmup, "iters": args.iters}
+        base = cells(E2ERun(margs.name, round(margs.num_params / 1e9, 3), dtype_name, args.block_size,
+                            args.chunk_size or 0, device.type, gpu_name or "cpu", tp.size, args.warmup, args.iters))
         on = f"{tp.size} x {gpu_name or 'cpu'} (TP {tp.size})" if tp.size > 1 else gpu_name or "cpu"
         console.print(f"{margs.name} ({margs.num_params / 1e9:.2f} B params, {dtype_name}) on {on}: "
                       f"{len(points)} points x {len(backends)} backend(s) x {len(args.strategies)} strategies -> {out_dir}")
@@ -187,7 +188,7 @@ def run_ranks(args: E2EArgs, console: Console, command: list[str], margs: ModelA
                                                env["e2e"]["point_timeout_s"]) as measure:
                     for input_len, output_len, batch_size in points:
                         bar.update(task, description=f"in {input_len} / out {output_len} / batch {batch_size}")
-                        fields = {**base, "input_len": input_len, "output_len": output_len, "batch_size": batch_size}
+                        fields = {**base, **cells(E2EPoint(input_len, output_len, batch_size))}
                         new_rows, new_agreements = measure(fields)
                         rows += new_rows
                         agreements += new_agreements

@@ -21,7 +21,9 @@ import pandas as pd
 import torch
 from rich.console import Console
 
+from attnbench.e2e.rows import E2E_POINT, E2EMeasures
 from attnbench.errors import AttnbenchError
+from attnbench.kernels.rows import cells
 from attnbench.results.files import load_results, write_parquet
 from attnbench.results.tables import LINESTYLES, md_lines, strategies_in
 
@@ -91,22 +93,19 @@ def run_metrics(runs, batch_size: int, output_len: int) -> dict:
     totals = [g.total_s for g in runs]
     steps = [s for g in runs for s in g.steps]
     by_kind = {k: [s.device_ms for s in steps if s.kind == k] for k in ("prefill", "mixed", "decode")}
-    return {
-        "request_p50_s": pct(latency, 50), "request_p90_s": pct(latency, 90), "request_p99_s": pct(latency, 99),
-        "run_p50_s": pct(totals, 50), "output_tok_s": batch_size * output_len / pct(totals, 50),
-        "prefill_step_p50_ms": pct(by_kind["prefill"], 50), "mixed_step_p50_ms": pct(by_kind["mixed"], 50),
-        "decode_step_p50_ms": pct(by_kind["decode"], 50), "decode_step_p90_ms": pct(by_kind["decode"], 90),
-        "host_us_per_step": pct([s.host_us for s in steps], 50),
+    return cells(E2EMeasures(
+        request_p50_s=pct(latency, 50), request_p90_s=pct(latency, 90), request_p99_s=pct(latency, 99),
+        run_p50_s=pct(totals, 50), output_tok_s=batch_size * output_len / pct(totals, 50),
+        prefill_step_p50_ms=pct(by_kind["prefill"], 50), mixed_step_p50_ms=pct(by_kind["mixed"], 50),
+        decode_step_p50_ms=pct(by_kind["decode"], 50), decode_step_p90_ms=pct(by_kind["decode"], 90),
+        host_us_per_step=pct([s.host_us for s in steps], 50),
         **{f"{k}_launch_host_us": pct([s.launch_host_us for s in steps if s.kind == k], 50)
            for k in ("prefill", "mixed", "decode")},
         **{f"{k}_steps_per_run": len(v) / len(runs) for k, v in by_kind.items()},
-        "graph_steps_per_run": sum(s.graph for s in steps) / len(runs),
-    }
+        graph_steps_per_run=sum(s.graph for s in steps) / len(runs)))
 
 
 # --- tables ----------------------------------------------------------------------------------
-
-E2E_POINT = ["input_len", "output_len", "batch_size"]
 
 
 def e2e_table(df: pd.DataFrame) -> pd.DataFrame:

@@ -28,7 +28,7 @@ SWEEP_POINT_COLUMNS = rows.names(SweepPoint)  # what identifies a point (resume 
 POINT_COLUMNS = rows.names(SweepPoint, rows.BatchColumns)
 RUN_COLUMNS = rows.names(rows.RunColumns)
 # a mixed batch's prefill part and decode part, each timed alone (split's two launches; kernels/parts.py)
-PART_COLUMNS = ("prefill_part_ms", "decode_part_ms")
+PART_COLUMNS = tuple(c for c in rows.names(rows.Measurement) if c.endswith("_part_ms"))
 MEASURE_COLUMNS = rows.names(rows.Measurement, rows.Clocks, rows.RawCells)
 COLUMNS = rows.names(*rows.ROW_PARTS)
 # what identifies a measurement across runs (compare matches rows on it)
