@@ -97,8 +97,10 @@ class SweepPoint:
     kind: str
     num_tokens: int = field(metadata=header("query tokens"))
     num_heads: int = field(metadata=header("heads"))
+    # None: num_heads (no GQA). Keyword-only, so that it sits beside num_heads in the columns while
+    # head_dim stays the fourth positional argument
+    num_kv_heads: int | None = field(default=None, kw_only=True, metadata=header("kv heads"))
     head_dim: int = field(metadata=header("head dim"))
-    num_kv_heads: int | None = field(default=None, metadata=header("kv heads"))
     dtype: str = "bfloat16"
     block_size: int = 16
     causal: bool = True

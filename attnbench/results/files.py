@@ -92,9 +92,10 @@ def cell(value):
     return "" if value is None else value
 
 
-# text columns pandas must not guess a type for (an all-blank column is not a float; "1 2" not a number)
-TEXT_COLUMNS = {f.name: str for part in (rows.Measurement, rows.Clocks, rows.RawCells) for f in fields(part)
-                if f.type == "str | None"}
+# text columns pandas must not guess a type for: an all-blank column is not a float, "1 2" is not a
+# number, and a library version "2.10" is not the number 2.1
+TEXT_COLUMNS = {f.name: str for part in (rows.RunColumns, rows.Measurement, rows.Clocks, rows.RawCells)
+                for f in fields(part) if f.type == "str | None"}
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
