@@ -140,3 +140,14 @@ def test_an_e2e_file_from_before_tp_and_cudagraph_reads_with_what_it_meant(tmp_p
     pd.DataFrame([written]).drop(columns=["tp", "cudagraph"]).to_csv(tmp_path / "results.csv", index=False)
     back = read.load_run(tmp_path, "RESULTS").rows.iloc[0]
     assert (back["tp"], back["cudagraph"]) == (1, "decode")
+
+
+def test_what_the_runners_write_is_the_row_fields(tmp_path):
+    from results_fixtures import CPU_RUN, invoke
+
+    e2e = invoke("e2e", "--model", "tiny", "--device", "cpu", "--warmup", "0", "--iters", "1", "--input-len", "8",
+                 "--output-len", "2", "--batch-size", "1", "--out", tmp_path / "e2e")
+    kernel = invoke(*CPU_RUN, "--tokens", "8", "--out", tmp_path / "kernel")
+    assert e2e.exit_code == 0 and kernel.exit_code == 0, e2e.output + kernel.output
+    assert list(pd.read_csv(tmp_path / "e2e" / "results.csv").columns) == names(*E2E_ROW_PARTS)
+    assert list(pd.read_csv(tmp_path / "kernel" / "results.csv").columns) == files.COLUMNS

@@ -47,6 +47,11 @@ KIND_RULES = {
     "at least one sequence); kv lengths drawn from --context",
 }
 
+# the SweepPoint fields each kind's rule reads, in the order the rule (and a benchmark's exported
+# name, which must stay stable) names them; the other fields do not change its batch
+KIND_SETTINGS = {"decode": ("context",), "specdec": ("spec_k", "context"), "prefill": ("prefill_len",),
+                 "prefix": ("prefill_len", "prefix_ratio"), "mixed": ("decode_share", "decode_seqs", "context")}
+
 
 @dataclass(frozen=True)
 class ContextDist:
@@ -247,14 +252,8 @@ def build_batch(p: SweepPoint) -> Batch:
 
 
 def _rule_details(p: SweepPoint) -> str:
-    return {
-        "decode": f"context={p.context}",
-        "specdec": f"spec_k={p.spec_k}, context={p.context}",
-        "prefill": f"prefill_len={p.prefill_len}",
-        "prefix": f"prefill_len={p.prefill_len}, prefix_ratio={p.prefix_ratio}",
-        "mixed": (f"decode_seqs={p.decode_seqs}" if p.decode_seqs else f"decode_share={p.decode_share}")
-        + f", context={p.context}",
-    }[p.kind]
+    unused = "decode_share" if p.decode_seqs else "decode_seqs"  # mixed: a count of decode sequences, or a share
+    return ", ".join(f"{name}={getattr(p, name)}" for name in KIND_SETTINGS[p.kind] if name != unused)
 
 
 def describe(p: SweepPoint) -> str:
