@@ -3,15 +3,15 @@
 A row is the run's setup (`E2ERun`), the point (`E2EPoint`: what the grid varies, and what a
 resumed run matches on), what ran it (`E2EHead`) and what it measured and concluded
 (`E2EMeasures`). Fields marked `key` identify a row across runs (compare, merge); `OLDER_FILES`
-is what a file from before the field existed meant by lacking it. results/read.py reads both off
-these fields. Rows travel as plain dicts: kernels.rows.cells turns a dataclass into one.
+is what a file from before the field existed meant by lacking it, `LABEL` how a row label names a
+value. results/ reads them off these fields. Rows travel as plain dicts: kernels.rows.cells turns a dataclass into one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from attnbench.kernels.workload import OLDER_FILES
+from attnbench.kernels.workload import LABEL, OLDER_FILES
 
 KEY = "key"  # field metadata: the column is part of what identifies a row across runs
 
@@ -32,8 +32,8 @@ class E2ERun:
     model: str = field(metadata=key_meta())
     params_b: float
     dtype: str = field(metadata=key_meta())
-    block_size: int = field(metadata=key_meta())
-    chunk_size: int = field(metadata=key_meta())  # 0: whole prefills
+    block_size: int = field(metadata=key_meta(**{LABEL: "bs{}"}))
+    chunk_size: int = field(metadata=key_meta(**{LABEL: "chunk={}"}))  # 0: whole prefills
     device: str
     gpu: str
     tp: int = field(metadata=key_meta(**{OLDER_FILES: 1}))  # runs from before --tp ran on one GPU
@@ -45,9 +45,9 @@ class E2ERun:
 class E2EPoint:
     """One point of the grid: a batch of requests of one prompt and output length."""
 
-    input_len: int = field(metadata=key_meta())
-    output_len: int = field(metadata=key_meta())
-    batch_size: int = field(metadata=key_meta())
+    input_len: int = field(metadata=key_meta(**{LABEL: "in={}"}))
+    output_len: int = field(metadata=key_meta(**{LABEL: "out={}"}))
+    batch_size: int = field(metadata=key_meta(**{LABEL: "batch={}"}))
 
 
 @dataclass(frozen=True)

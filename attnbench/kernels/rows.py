@@ -11,9 +11,9 @@ written): `cells` turns the dataclasses into that dict at the edge.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
-from attnbench.kernels.workload import Batch, SweepPoint
+from attnbench.kernels.workload import LABEL, Batch, SweepPoint
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class RunColumns:
     library_version: str | None = None
     strategy: str = ""
     mode: str = ""
-    l2: str | None = None
+    l2: str | None = field(default=None, metadata={LABEL: "{}-L2"})
 
 
 @dataclass(frozen=True)

@@ -86,13 +86,10 @@ class ContextDist:
         return self.low if self.low == self.high else rng.randint(self.low, self.high)
 
 
-# SweepPoint field metadata: what a table heads the column, and the value a results file from
-# before the field existed meant by lacking it (results/files.py fills it in when reading)
-HEADER, OLDER_FILES = "header", "older_files"
-
-
-def header(text: str) -> dict:
-    return {HEADER: text}
+# SweepPoint field metadata, read by results/: HEADER, how a table heads the column; LABEL, how a
+# row's label names a value ("N={}"); OLDER_FILES, what a results file from before the field meant
+# by lacking it (results/files.py fills it in when reading)
+HEADER, LABEL, OLDER_FILES = "header", "label", "older_files"
 
 
 @dataclass(frozen=True)
@@ -100,23 +97,23 @@ class SweepPoint:
     """One batch configuration to measure. Plain data: safe to pickle into a worker process."""
 
     kind: str
-    num_tokens: int = field(metadata=header("query tokens"))
-    num_heads: int = field(metadata=header("heads"))
+    num_tokens: int = field(metadata={HEADER: "query tokens", LABEL: "N={}"})
+    num_heads: int = field(metadata={HEADER: "heads", LABEL: "h{}"})
     # None: num_heads (no GQA). Keyword-only, so that it sits beside num_heads in the columns while
     # head_dim stays the fourth positional argument
-    num_kv_heads: int | None = field(default=None, kw_only=True, metadata=header("kv heads"))
-    head_dim: int = field(metadata=header("head dim"))
+    num_kv_heads: int | None = field(default=None, kw_only=True, metadata={HEADER: "kv heads", LABEL: "kv{}"})
+    head_dim: int = field(metadata={HEADER: "head dim", LABEL: "d{}"})
     dtype: str = "bfloat16"
-    block_size: int = 16
+    block_size: int = field(default=16, metadata={LABEL: "bs{}"})
     causal: bool = True
-    context: str = "1024"
-    decode_share: float = field(default=0.5, metadata=header("decode share"))
-    prefix_ratio: float = field(default=0.5, metadata=header("prefix ratio"))
-    spec_k: int = 4
-    prefill_len: int = 512
-    seed: int = 0
-    # mixed: decode sequences beside an N-token chunk; 0: decode_share decides. Files from before it lack it.
-    decode_seqs: int = field(default=0, metadata={**header("decode seqs"), OLDER_FILES: 0})
+    context: str = field(default="1024", metadata={LABEL: "ctx={}"})
+    decode_share: float = field(default=0.5, metadata={HEADER: "decode share", LABEL: "decode_share={}"})
+    prefix_ratio: float = field(default=0.5, metadata={HEADER: "prefix ratio", LABEL: "prefix={}"})
+    spec_k: int = field(default=4, metadata={LABEL: "k={}"})
+    prefill_len: int = field(default=512, metadata={LABEL: "prefill_len={}"})
+    seed: int = field(default=0, metadata={LABEL: "seed{}"})
+    # mixed: decode sequences beside an N-token chunk; 0: decode_share decides
+    decode_seqs: int = field(default=0, metadata={HEADER: "decode seqs", OLDER_FILES: 0})
 
     def __post_init__(self) -> None:
         if self.num_kv_heads is None:
