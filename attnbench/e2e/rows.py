@@ -2,18 +2,17 @@
 
 A row is the run's setup (`E2ERun`), the point (`E2EPoint`: what the grid varies, and what a
 resumed run matches on), what ran it (`E2EHead`) and what it measured and concluded
-(`E2EMeasures`). Fields marked `key` identify a row across runs (compare, merge); `OLDER_FILES`
-is what a file from before the field existed meant by lacking it, `LABEL` how a row label names a
-value. results/ reads them off these fields. Rows travel as plain dicts: kernels.rows.cells turns a dataclass into one.
+(`E2EMeasures`). Their metadata (kernels/workload.py: KEY, OLDER_FILES, LABEL) says which fields
+identify a row across runs, what a file from before a field meant by lacking it, and how a row
+label names a value; results/ reads all of it off these fields. Rows travel as plain dicts:
+kernels.rows.cells turns the dataclasses into one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from attnbench.kernels.workload import LABEL, OLDER_FILES
-
-KEY = "key"  # field metadata: the column is part of what identifies a row across runs
+from attnbench.kernels.workload import KEY, LABEL, OLDER_FILES
 
 
 def key_meta(**more) -> dict:

@@ -3,7 +3,8 @@
 A row is a point (`workload.SweepPoint`), the batch drawn for it (`BatchColumns`), what ran it
 (`RunColumns`), what was measured (`Measurement`), the GPU's clocks while it was timed (`Clocks`,
 filled by the run's telemetry) and the long text cells kept last (`RawCells`). results/files.py
-lists the CSV's columns from these fields, in this order, so a column is added in one place.
+lists the CSV's columns from these fields, in this order, so a column is added in one place; the
+fields' metadata (workload.py: KEY, LABEL) marks the run columns that identify a row and labels.
 
 Rows travel as plain dicts (a backend's plan adds keys of its own, folded into `details` when
 written): `cells` turns the dataclasses into that dict at the edge.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from attnbench.kernels.workload import LABEL, Batch, SweepPoint
+from attnbench.kernels.workload import KEY, LABEL, Batch, SweepPoint
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,12 @@ class RunColumns:
 
     device: str
     gpu: str
-    backend: str
+    backend: str = field(metadata={KEY: True})
     library: str | None = None
     library_version: str | None = None
-    strategy: str = ""
-    mode: str = ""
-    l2: str | None = field(default=None, metadata={LABEL: "{}-L2"})
+    strategy: str = field(default="", metadata={KEY: True})
+    mode: str = field(default="", metadata={KEY: True})
+    l2: str | None = field(default=None, metadata={KEY: True, LABEL: "{}-L2"})
 
 
 @dataclass(frozen=True)

@@ -86,10 +86,11 @@ class ContextDist:
         return self.low if self.low == self.high else rng.randint(self.low, self.high)
 
 
-# SweepPoint field metadata, read by results/: HEADER, how a table heads the column; LABEL, how a
-# row's label names a value ("N={}"); OLDER_FILES, what a results file from before the field meant
-# by lacking it (results/files.py fills it in when reading)
-HEADER, LABEL, OLDER_FILES = "header", "label", "older_files"
+# Row field metadata, read by results/: HEADER, how a table heads the column; LABEL, how a row's
+# label names a value ("N={}"); OLDER_FILES, what a results file from before the field meant by
+# lacking it (filled in when reading); KEY, the column identifies a row across runs (every
+# SweepPoint field does; kernels/rows.py and e2e/rows.py mark theirs)
+HEADER, LABEL, OLDER_FILES, KEY = "header", "label", "older_files", "key"
 
 
 @dataclass(frozen=True)

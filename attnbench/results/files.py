@@ -18,21 +18,18 @@ import pandas as pd
 
 from attnbench.errors import AttnbenchError
 from attnbench.kernels import rows
-from attnbench.kernels.workload import OLDER_FILES, SweepPoint
+from attnbench.kernels.workload import KEY, OLDER_FILES, SweepPoint
 from attnbench.results.notes import summary_notes
 from attnbench.results.rundir import replace_atomic, write_text_atomic
 from attnbench.results.tables import markdown_table, md_lines, seed_table
 
 # every column list is read off the row dataclasses (kernels/rows.py): a new field is a new column
+COLUMNS = rows.names(*rows.ROW_PARTS)
 SWEEP_POINT_COLUMNS = rows.names(SweepPoint)  # what identifies a point (resume matches on it)
-POINT_COLUMNS = rows.names(SweepPoint, rows.BatchColumns)
-RUN_COLUMNS = rows.names(rows.RunColumns)
 # a mixed batch's prefill part and decode part, each timed alone (split's two launches; kernels/parts.py)
 PART_COLUMNS = tuple(c for c in rows.names(rows.Measurement) if c.endswith("_part_ms"))
-MEASURE_COLUMNS = rows.names(rows.Measurement, rows.Clocks, rows.RawCells)
-COLUMNS = rows.names(*rows.ROW_PARTS)
 # what identifies a measurement across runs (compare matches rows on it)
-KEY_COLUMNS = SWEEP_POINT_COLUMNS + ["backend", "strategy", "mode", "l2"]
+KEY_COLUMNS = SWEEP_POINT_COLUMNS + [f.name for f in fields(rows.RunColumns) if f.metadata.get(KEY)]
 
 
 def with_details(row: dict) -> dict:
