@@ -117,8 +117,9 @@ def with_added_keys(df: pd.DataFrame) -> pd.DataFrame:
     if "kind" not in df.columns or "seed" not in df.columns:
         return df
     for column, value in ADDED_KEYS.items():
-        if column not in df.columns:
-            df.insert(df.columns.get_loc("seed") + 1, column, value)
+        if column not in df.columns:  # beside the point column before it, as a new file has it
+            before = SWEEP_POINT_COLUMNS[SWEEP_POINT_COLUMNS.index(column) - 1]
+            df.insert(df.columns.get_loc(before) + 1 if before in df.columns else len(df.columns), column, value)
         else:
             df[column] = df[column].where(df[column].notna(), value)
     return df
