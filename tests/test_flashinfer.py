@@ -215,9 +215,9 @@ def test_an_eager_engine_generates_what_the_reference_generates(monkeypatch, str
 @pytest.mark.parametrize("point, seen", [  # (the point, what BatchAttention 0.6.6 returned on the H200)
     (SweepPoint("decode", 680, 12, 64, context="8192"), "right"), (SweepPoint("decode", 700, 12, 64, context="8192"), "wrong"),
     (SweepPoint("decode", 1300, 12, 64, context="4096"), "right"), (SweepPoint("decode", 1400, 12, 64, context="4096"), "wrong"),
-    (SweepPoint("decode", 900, 8, 64, 1, context="8192"), "right"),
-    (SweepPoint("mixed", 1000, 32, 128, 8, context="8192", decode_share=0.5), "right"),
-    (SweepPoint("mixed", 1000, 32, 128, 8, context="8192", decode_share=0.9), "wrong"),
+    (SweepPoint("decode", 900, 8, 64, num_kv_heads=1, context="8192"), "right"),
+    (SweepPoint("mixed", 1000, 32, 128, num_kv_heads=8, context="8192", decode_share=0.5), "right"),
+    (SweepPoint("mixed", 1000, 32, 128, num_kv_heads=8, context="8192", decode_share=0.9), "wrong"),
 ])
 def test_batch_attention_skips_caches_past_2_32_elements_where_it_was_seen_wrong(point, seen):
     reason = FlashInferBABackend(FakeFlashInfer()).supports(point, "unified", torch.device("cuda"))

@@ -69,7 +69,7 @@ def test_a_timing_faster_than_the_hardware_is_implausible():
     that must come from memory) in 0.0257 ms; split's 0.528 ms on the same point is plausible."""
     def implausible(point, ms, gpu):
         return roofline.implausible(roofline.rates(point, build_batch(point), ms, gpu), ms, gpu)
-    point = SweepPoint("mixed", 1000, 32, 128, 8, context="1024")
+    point = SweepPoint("mixed", 1000, 32, 128, num_kv_heads=8, context="1024")
     why = implausible(point, 0.0257, "NVIDIA H200")
     assert why and "of the peak bandwidth" in why and "did not do the work" in why
     assert implausible(point, 0.528, "NVIDIA H200") is None

@@ -93,3 +93,35 @@ def test_nvidia_smi_lines_that_say_not_available_are_not_numbers():
     assert telemetry.parse_smi_line("garbage", 1.0) is None
     assert telemetry.reason_names(0x1 | 0x2 | 0x10) == []  # idle, application clocks, sync boost: not throttling
     assert telemetry.reason_names(0x8 | 0x40) == ["hw_slowdown", "hw_thermal"]
+
+
+def test_a_source_lost_mid_run_ends_sampling_and_rows_timed_after_say_why(monkeypatch):
+    class NVMLError(Exception):
+        pass
+
+    def clock(handle, which):
+        if time.time() > lost_at:
+            raise NVMLError("GPU is lost")
+        return 1980
+
+    lost_at = time.time() + 0.05
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: f"gpu{i}", nvmlDeviceGetMaxClockInfo=lambda h, c: 1980,
+        nvmlDeviceGetClockInfo=clock, nvmlDeviceGetTemperature=lambda h, s: 40, nvmlDeviceGetPowerUsage=lambda h: 300_000,
+        nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0, NVMLError=NVMLError)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    sampler = telemetry.nvml_sampler(None, 0, interval_s=0.01).start()
+    sampler._thread.join(timeout=5)  # the source stops by itself: the thread ends without stop()
+    assert not sampler._thread.is_alive() and sampler.samples
+    assert sampler.lost == "NVML stopped answering (GPU is lost)"
+    after = time.time() + 10
+    row = sampler.annotate({"verdict": "pass", "_window": (after, after + 1)})
+    assert row["clock_flag"] == "no telemetry: NVML stopped answering (GPU is lost)" and "sm_clock_min_mhz" not in row
+    before = sampler.annotate({"verdict": "pass", "_window": (sampler.samples[0].time_unix,) * 2})
+    assert before["clock_flag"] == "" and before["sm_clock_min_mhz"] == 1980
+
+
+def test_an_nvidia_smi_that_cannot_be_started_is_a_lost_source(tmp_path):
+    sampler = telemetry.Sampler(lambda stop: telemetry._stream([str(tmp_path / "no-such-smi")], stop)).start()
+    sampler.stop()
+    assert sampler.lost.startswith("nvidia-smi could not be started") and not sampler.samples

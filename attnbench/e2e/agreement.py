@@ -20,6 +20,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from attnbench.e2e.rows import E2EMeasures
+from attnbench.kernels.rows import cells
+
 LOGIT_TOLERANCE = 0.5  # x the reference's logit spread (RMS about each position's mean)
 FAILING = ("MISMATCH", "non-finite")
 
@@ -86,14 +89,13 @@ def run_metrics(runs, batch_size: int, output_len: int) -> dict:
     totals = [g.total_s for g in runs]
     steps = [s for g in runs for s in g.steps]
     by_kind = {k: [s.device_ms for s in steps if s.kind == k] for k in ("prefill", "mixed", "decode")}
-    return {
-        "request_p50_s": pct(latency, 50), "request_p90_s": pct(latency, 90), "request_p99_s": pct(latency, 99),
-        "run_p50_s": pct(totals, 50), "output_tok_s": batch_size * output_len / pct(totals, 50),
-        "prefill_step_p50_ms": pct(by_kind["prefill"], 50), "mixed_step_p50_ms": pct(by_kind["mixed"], 50),
-        "decode_step_p50_ms": pct(by_kind["decode"], 50), "decode_step_p90_ms": pct(by_kind["decode"], 90),
-        "host_us_per_step": pct([s.host_us for s in steps], 50),
+    return cells(E2EMeasures(
+        request_p50_s=pct(latency, 50), request_p90_s=pct(latency, 90), request_p99_s=pct(latency, 99),
+        run_p50_s=pct(totals, 50), output_tok_s=batch_size * output_len / pct(totals, 50),
+        prefill_step_p50_ms=pct(by_kind["prefill"], 50), mixed_step_p50_ms=pct(by_kind["mixed"], 50),
+        decode_step_p50_ms=pct(by_kind["decode"], 50), decode_step_p90_ms=pct(by_kind["decode"], 90),
+        host_us_per_step=pct([s.host_us for s in steps], 50),
         **{f"{k}_launch_host_us": pct([s.launch_host_us for s in steps if s.kind == k], 50)
            for k in ("prefill", "mixed", "decode")},
         **{f"{k}_steps_per_run": len(v) / len(runs) for k, v in by_kind.items()},
-        "graph_steps_per_run": sum(s.graph for s in steps) / len(runs),
-    }
+        graph_steps_per_run=sum(s.graph for s in steps) / len(runs)))

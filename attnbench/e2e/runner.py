@@ -24,11 +24,13 @@ from attnbench.e2e.graphs import check_cudagraph
 from attnbench.e2e.model import PRESETS, ModelArgs, Transformer, fused, random_model
 from attnbench.e2e.parallel import MAX_TP, SINGLE, TensorParallel, all_reduce_outputs_, random_rank_model
 from attnbench.e2e.agreement import FAILING, compare_generations, run_metrics, worst
+from attnbench.e2e.rows import E2E_POINT, E2EHead, E2EMeasures
 from attnbench.e2e.scheduler import KVCache, make_prompts
 from attnbench.errors import AttnbenchError, UsageError, error_reason
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.inputs import available_host_bytes, torch_dtype
 from attnbench.kernels.plan import check_strategies, check_unique
+from attnbench.kernels.rows import cells
 from attnbench.kernels.sweep import failure_verdict
 from attnbench.kernels.workload import (
     DEFAULT_STRATEGIES,
@@ -224,14 +226,14 @@ def row_head(fields: dict, backend: str, strategy: str, plan: tuple[str, str], g
     """A row's point, backend, library, strategy and mode: what it is, before what it measured."""
     package, version = get_backend(backend).library()
     cudagraph, note = plan
-    return {**fields, "backend": backend, "library": package, "library_version": version, "strategy": strategy,
-            "mode": "eager" if cudagraph == "none" else "graph", "cudagraph": cudagraph,
-            "graph_policy": graph_policy if cudagraph == "full" else "", "graph_note": note}
+    return {**fields, **cells(E2EHead(backend, package, version, strategy, "eager" if cudagraph == "none" else "graph",
+                                      cudagraph, graph_policy if cudagraph == "full" else "", note))}
 
 
 def failed_rows(args: E2EArgs, plans: dict, fields: dict, verdict: str, reason: str) -> list[dict]:
     """The rows of a point lost as a whole (its worker timed out or crashed): one per backend x strategy."""
-    return [{**row_head(fields, backend, strategy, plan, args.graph_policy), "verdict": verdict, "reason": reason, "agreement": ""}
+    return [{**row_head(fields, backend, strategy, plan, args.graph_policy),
+             **cells(E2EMeasures(verdict=verdict, reason=reason, agreement=""))}
             for backend, plan in plans.items() for strategy in args.strategies]
 
 
@@ -274,7 +276,7 @@ def run_point(engines: ModelEngines, args: E2EArgs, plans: dict, fields: dict, p
             if ref is None or run is None:
                 continue
             result = compare_generations(ref.tokens, ref.logits, run.tokens, run.logits)
-            agreements.append({**{k: fields[k] for k in ("input_len", "output_len", "batch_size")}, "backend": backend,
+            agreements.append({**{k: fields[k] for k in E2E_POINT}, "backend": backend,
                                "reference": f"{ref_s} {ref_m}", "run": f"{run_s} {run_m}", **result.row()})
     for row in rows:
         mine = [a["verdict"] for a in agreements if a["backend"] == row["backend"]

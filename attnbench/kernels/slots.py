@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from attnbench.kernels import roofline
 from attnbench.kernels.check import worst_check
+from attnbench.kernels.rows import Measurement, RawCells, cells
 from attnbench.kernels.timing import Replicated, Timing
 from attnbench.kernels.workload import Batch, SweepPoint
 
@@ -30,17 +31,16 @@ class Slot:
             return self.final
         rep = Replicated(self.timings)
         rates = roofline.rates(point, batch, rep.median_ms, gpu_name)
-        row = {
-            **self.row, **worst_check(self.checks),
-            "median_ms": rep.median_ms, "p10_ms": rep.quantile(0.10), "p90_ms": rep.quantile(0.90),
-            "samples": len(rep.samples_ms), "converged": rep.converged,
-            "calls_per_sample": round(statistics.median(t.calls_per_sample for t in self.timings)),
+        measured = Measurement(
+            **worst_check(self.checks), **rates,
+            median_ms=rep.median_ms, p10_ms=rep.quantile(0.10), p90_ms=rep.quantile(0.90),
+            samples=len(rep.samples_ms), converged=rep.converged,
+            calls_per_sample=round(statistics.median(t.calls_per_sample for t in self.timings)),
             # per-replicate cells only when there are several: one replicate's median is median_ms
-            "replicates": len(self.timings), "replicate_medians_ms": _cell(rep.medians_ms, "{:.6g}"),
-            "replicate_samples": _cell([t.n for t in self.timings], "{}"),
-            "samples_ms": " ".join(f"{s:.6g}" for s in rep.samples_ms), "_window": (self.window[0], self.window[1]),
-            **rates,
-        }
+            replicates=len(self.timings), replicate_medians_ms=_cell(rep.medians_ms, "{:.6g}"),
+            replicate_samples=_cell([t.n for t in self.timings], "{}"))
+        row = {**self.row, **cells(measured, RawCells(samples_ms=" ".join(f"{s:.6g}" for s in rep.samples_ms))),
+               "_window": (self.window[0], self.window[1])}
         why = roofline.implausible(rates, rep.median_ms, gpu_name)
         if why and row["verdict"] == "pass":  # right output, but not from the timed calls
             row.update(verdict="fail", reason=why)

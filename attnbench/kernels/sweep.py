@@ -35,6 +35,7 @@ from attnbench.kernels.check import check_twice
 from attnbench.kernels.inputs import Inputs, input_bytes, make_inputs
 from attnbench.kernels.metadata import build_metadata, measure_host_us
 from attnbench.kernels.parts import split_parts, time_parts
+from attnbench.kernels.rows import BatchColumns, Measurement, RunColumns, cells
 from attnbench.kernels.slots import Slot
 from attnbench.kernels.timing import (
     TimedKernel,
@@ -76,10 +77,7 @@ def failure_verdict(exc: BaseException) -> str:
 
 
 def point_fields(p: SweepPoint, batch: Batch | None = None) -> dict:
-    batch = batch or build_batch(p)
-    return {**p.key(), "batch_tokens": batch.num_tokens, "num_seqs": batch.num_seqs, "num_decode_seqs": batch.num_decode_seqs,
-            "max_kv_len": max(batch.kv_lens), "total_kv_tokens": sum(batch.kv_lens),
-            "lengths_rule": batch.rule}
+    return cells(p, BatchColumns.of(batch or build_batch(p)))
 
 
 def measure_plan_us(backend: Backend, strategy: str, point: SweepPoint, metadata, repeats: int = 21) -> float:
@@ -105,7 +103,7 @@ class PointRunner:
         self.plan, self.point, self.gpu_name = plan, point, gpu_name
         self.device = torch.device(plan.device)
         self.batch = build_batch(point)
-        self.base = {**point_fields(point, self.batch), "device": self.device.type, "gpu": gpu_name or "cpu"}
+        self.base = point_fields(point, self.batch)
 
     def rows(self) -> Iterable[dict]:
         """The point's rows; a backend's rows come as soon as its last replicate is measured."""
@@ -138,8 +136,8 @@ class PointRunner:
             package, version = backend.library()
             for mode in self.plan.modes:
                 for strategy in self.plan.strategies:
-                    row = {**self.base, "backend": backend.name, "library": package, "library_version": version,
-                           "strategy": strategy, "mode": mode, "l2": l2}
+                    row = {**self.base, **cells(RunColumns(self.device.type, self.gpu_name or "cpu", backend.name,
+                                                           package, version, strategy, mode, l2))}
                     slot = slots[(backend.name, strategy, mode)] = Slot(row)
                     reason = backend.supports(self.point, strategy, self.device)
                     if not reason and mode == "graph":
@@ -174,10 +172,12 @@ class PointRunner:
         plan: Plan = backend.plan(strategy, self.point, metadata)
         if plan.static_kv is not None:  # these caches never change between timed calls: work on them is done once
             plan.static_kv(inputs.k_cache, inputs.v_cache)
-        row = {"kernel_launches": len(plan.launches), **plan.details}
+        measured = Measurement(kernel_launches=len(plan.launches))
         if host_costs:  # host costs are measured once, in the first replicate
-            row["host_metadata_us"] = measure_host_us(strategy, inputs.batch, inputs.block_table, self.device)
-            row["host_plan_us"] = measure_plan_us(backend, strategy, self.point, metadata)
+            measured = replace(measured,
+                               host_metadata_us=measure_host_us(strategy, inputs.batch, inputs.block_table, self.device),
+                               host_plan_us=measure_plan_us(backend, strategy, self.point, metadata))
+        row = {**cells(measured), **plan.details}
         out = torch.empty_like(inputs.q)
         q, k_cache, v_cache = inputs.q, inputs.k_cache, inputs.v_cache
 
@@ -254,16 +254,17 @@ class PointRunner:
             profile_to_run(runner, self.plan.profile_out, label, context)
 
     def _skip(self, common: dict, mode: str, reason: str) -> dict:
-        return {**common, "mode": mode, "verdict": "skipped", "reason": reason}
+        return {**common, "mode": mode, **cells(Measurement(verdict="skipped", reason=reason))}
 
     def _error(self, common: dict, mode: str, exc: Exception) -> dict:
-        return {**common, "mode": mode, "verdict": failure_verdict(exc), "reason": error_reason(exc)}
+        return {**common, "mode": mode, **cells(Measurement(verdict=failure_verdict(exc), reason=error_reason(exc)))}
 
 
 def point_row(plan: SweepPlan, point: SweepPoint, gpu_name: str | None, verdict: str, reason: str) -> dict:
     """The one row of a point that failed as a whole (its inputs, its reference, its worker)."""
-    return {**point_fields(point), "device": plan.device, "gpu": gpu_name or "cpu", "backend": ",".join(plan.backends),
-            "strategy": "", "mode": "", "verdict": verdict, "reason": reason}
+    return cells(point, BatchColumns.of(build_batch(point)),
+                 RunColumns(plan.device, gpu_name or "cpu", ",".join(plan.backends)),
+                 Measurement(verdict=verdict, reason=reason))
 
 
 def release_cache(point: SweepPoint) -> None:

@@ -47,6 +47,11 @@ KIND_RULES = {
     "at least one sequence); kv lengths drawn from --context",
 }
 
+# the SweepPoint fields each kind's rule reads, in the order the rule (and a benchmark's exported
+# name, which must stay stable) names them; the other fields do not change its batch
+KIND_SETTINGS = {"decode": ("context",), "specdec": ("spec_k", "context"), "prefill": ("prefill_len",),
+                 "prefix": ("prefill_len", "prefix_ratio"), "mixed": ("decode_share", "decode_seqs", "context")}
+
 
 @dataclass(frozen=True)
 class ContextDist:
@@ -81,25 +86,35 @@ class ContextDist:
         return self.low if self.low == self.high else rng.randint(self.low, self.high)
 
 
+# Row field metadata, read by results/: HEADER, how a table heads the column; LABEL, how a row's
+# label names a value ("N={}"); OLDER_FILES, what a results file from before the field meant by
+# lacking it (filled in when reading); KEY, the column identifies a row across runs (every
+# SweepPoint field does; kernels/rows.py and e2e/rows.py mark theirs)
+HEADER, LABEL, OLDER_FILES, KEY = "header", "label", "older_files", "key"
+
+
 @dataclass(frozen=True)
 class SweepPoint:
     """One batch configuration to measure. Plain data: safe to pickle into a worker process."""
 
     kind: str
-    num_tokens: int
-    num_heads: int
-    head_dim: int
-    num_kv_heads: int | None = None
+    num_tokens: int = field(metadata={HEADER: "query tokens", LABEL: "N={}"})
+    num_heads: int = field(metadata={HEADER: "heads", LABEL: "h{}"})
+    # None: num_heads (no GQA). Keyword-only, so that it sits beside num_heads in the columns while
+    # head_dim stays the fourth positional argument
+    num_kv_heads: int | None = field(default=None, kw_only=True, metadata={HEADER: "kv heads", LABEL: "kv{}"})
+    head_dim: int = field(metadata={HEADER: "head dim", LABEL: "d{}"})
     dtype: str = "bfloat16"
-    block_size: int = 16
+    block_size: int = field(default=16, metadata={LABEL: "bs{}"})
     causal: bool = True
-    context: str = "1024"
-    decode_share: float = 0.5
-    prefix_ratio: float = 0.5
-    spec_k: int = 4
-    prefill_len: int = 512
-    seed: int = 0
-    decode_seqs: int = 0  # mixed: decode sequences beside an N-token chunk; 0: decode_share decides
+    context: str = field(default="1024", metadata={LABEL: "ctx={}"})
+    decode_share: float = field(default=0.5, metadata={HEADER: "decode share", LABEL: "decode_share={}"})
+    prefix_ratio: float = field(default=0.5, metadata={HEADER: "prefix ratio", LABEL: "prefix={}"})
+    spec_k: int = field(default=4, metadata={LABEL: "k={}"})
+    prefill_len: int = field(default=512, metadata={LABEL: "prefill_len={}"})
+    seed: int = field(default=0, metadata={LABEL: "seed{}"})
+    # mixed: decode sequences beside an N-token chunk; 0: decode_share decides
+    decode_seqs: int = field(default=0, metadata={HEADER: "decode seqs", OLDER_FILES: 0})
 
     def __post_init__(self) -> None:
         if self.num_kv_heads is None:
@@ -235,14 +250,8 @@ def build_batch(p: SweepPoint) -> Batch:
 
 
 def _rule_details(p: SweepPoint) -> str:
-    return {
-        "decode": f"context={p.context}",
-        "specdec": f"spec_k={p.spec_k}, context={p.context}",
-        "prefill": f"prefill_len={p.prefill_len}",
-        "prefix": f"prefill_len={p.prefill_len}, prefix_ratio={p.prefix_ratio}",
-        "mixed": (f"decode_seqs={p.decode_seqs}" if p.decode_seqs else f"decode_share={p.decode_share}")
-        + f", context={p.context}",
-    }[p.kind]
+    unused = "decode_share" if p.decode_seqs else "decode_seqs"  # mixed: a count of decode sequences, or a share
+    return ", ".join(f"{name}={getattr(p, name)}" for name in KIND_SETTINGS[p.kind] if name != unused)
 
 
 def describe(p: SweepPoint) -> str:

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from attnbench.e2e.rows import E2E_ROW_PARTS
 from attnbench.errors import AttnbenchError, UsageError
+from attnbench.kernels.rows import RunColumns
+from attnbench.kernels.workload import LABEL, SweepPoint
 from attnbench.results.files import results_file
 from attnbench.results.read import KERNEL, MEASURED, ResultKind, canonical
 from attnbench.results.replicates import CONFIDENCE, MIN_REPLICATES, parse_times, welch_log_ratio
@@ -196,12 +199,8 @@ def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float, key: l
 
 # ---- labels: a row named by the key columns that tell it apart ----------------------------------
 
-_FORMAT = {
-    "num_tokens": "N={}", "num_heads": "h{}", "num_kv_heads": "kv{}", "head_dim": "d{}", "block_size": "bs{}",
-    "context": "ctx={}", "decode_share": "decode_share={}", "prefix_ratio": "prefix={}", "spec_k": "k={}",
-    "prefill_len": "prefill_len={}", "seed": "seed{}", "l2": "{}-L2",
-    "input_len": "in={}", "output_len": "out={}", "batch_size": "batch={}", "chunk_size": "chunk={}",
-}
+_FORMAT = {f.name: f.metadata[LABEL] for part in (SweepPoint, RunColumns, *E2E_ROW_PARTS) for f in fields(part)
+           if LABEL in f.metadata}  # the row dataclasses say how a label names each value
 
 
 def format_field(column: str, value) -> str:

@@ -12,11 +12,11 @@ import pandas as pd
 from rich.console import Console
 
 from attnbench.e2e.agreement import LOGIT_TOLERANCE, worst
+from attnbench.e2e.rows import E2E_POINT
 from attnbench.errors import AttnbenchError
 from attnbench.results.files import load_results, write_parquet
 from attnbench.results.tables import LINESTYLES, md_lines, strategies_in
 
-E2E_POINT = ["input_len", "output_len", "batch_size"]
 
 
 def e2e_table(df: pd.DataFrame) -> pd.DataFrame:

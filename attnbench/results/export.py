@@ -19,6 +19,7 @@ import pandas as pd
 
 from attnbench.results.e2e_report import e2e_markdown, e2e_table, plot_e2e
 from attnbench.errors import AttnbenchError, UsageError
+from attnbench.kernels.workload import KIND_SETTINGS
 from attnbench.results.compare import row_label
 from attnbench.results.files import COLUMNS, KEY_COLUMNS
 from attnbench.results.tables import markdown_table, seed_table
@@ -29,9 +30,6 @@ from attnbench.results.read import E2E, KERNEL, MEASURED, ResultKind, Run, canon
 # column that varies splits the rows
 LAID_OUT = ("kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim", "backend", "strategy", "mode", "l2")
 LAID_OUT_FOR_KIND = {"prefix": ("prefix_ratio",)}
-# the key columns that shape each kind's batch (workload.build_batch); the others do not change it
-KIND_SETTINGS = {"decode": ("context",), "specdec": ("spec_k", "context"), "prefill": ("prefill_len",),
-                 "prefix": ("prefill_len", "prefix_ratio"), "mixed": ("decode_share", "decode_seqs", "context")}
 POINT = ("kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim", "dtype", "block_size", "causal")
 RUN = ("backend", "strategy", "mode", "l2")
 E2E_NAME_FIELDS = ("model", "dtype", "input_len", "output_len", "batch_size", "block_size", "chunk_size")  # gab names

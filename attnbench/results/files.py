@@ -11,35 +11,25 @@ import io
 import json
 import math
 import os
+from dataclasses import fields
 from pathlib import Path
 
 import pandas as pd
 
 from attnbench.errors import AttnbenchError
+from attnbench.kernels import rows
+from attnbench.kernels.workload import KEY, OLDER_FILES, SweepPoint
 from attnbench.results.notes import summary_notes
 from attnbench.results.atomic import replace_atomic, write_text_atomic
 from attnbench.results.tables import markdown_table, md_lines, seed_table
-from attnbench.results.telemetry import ROW_COLUMNS
 
-POINT_COLUMNS = [
-    "kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim", "dtype", "block_size", "causal",
-    "context", "decode_share", "prefix_ratio", "spec_k", "prefill_len", "seed", "decode_seqs",
-    "batch_tokens", "num_seqs", "num_decode_seqs", "max_kv_len", "total_kv_tokens", "lengths_rule",
-]
+# every column list is read off the row dataclasses (kernels/rows.py): a new field is a new column
+COLUMNS = rows.names(*rows.ROW_PARTS)
+SWEEP_POINT_COLUMNS = rows.names(SweepPoint)  # what identifies a point (resume matches on it)
 # a mixed batch's prefill part and decode part, each timed alone (split's two launches; kernels/parts.py)
-PART_COLUMNS = ("prefill_part_ms", "decode_part_ms")
-RUN_COLUMNS = ["device", "gpu", "backend", "library", "library_version", "strategy", "mode", "l2"]
-MEASURE_COLUMNS = [
-    "median_ms", "p10_ms", "p90_ms", *PART_COLUMNS, "samples", "calls_per_sample", "converged", "host_metadata_us",
-    "host_plan_us",
-    "kernel_launches", "gflop", "mbytes", "tflops", "gbps", "pct_of_peak", "peak_source",
-    "rel_l2_error", "max_abs_error", "tolerance", "verdict", "reason",
-    "replicates", "replicate_medians_ms", "replicate_samples", *ROW_COLUMNS, "details", "samples_ms",
-]
-COLUMNS = POINT_COLUMNS + RUN_COLUMNS + MEASURE_COLUMNS
+PART_COLUMNS = tuple(c for c in rows.names(rows.Measurement) if c.endswith("_part_ms"))
 # what identifies a measurement across runs (compare matches rows on it)
-SWEEP_POINT_COLUMNS = POINT_COLUMNS[:15]  # the SweepPoint fields
-KEY_COLUMNS = SWEEP_POINT_COLUMNS + ["backend", "strategy", "mode", "l2"]
+KEY_COLUMNS = SWEEP_POINT_COLUMNS + [f.name for f in fields(rows.RunColumns) if f.metadata.get(KEY)]
 
 
 def with_details(row: dict) -> dict:
@@ -99,8 +89,10 @@ def cell(value):
     return "" if value is None else value
 
 
-TEXT_COLUMNS = {"reason": str, "samples_ms": str, "peak_source": str, "replicate_medians_ms": str,
-                "replicate_samples": str, "throttle_reasons": str, "clock_flag": str, "details": str}
+# text columns pandas must not guess a type for: an all-blank column is not a float, "1 2" is not a
+# number, and a library version "2.10" is not the number 2.1
+TEXT_COLUMNS = {f.name: str for part in (rows.RunColumns, rows.Measurement, rows.Clocks, rows.RawCells)
+                for f in fields(part) if f.type == "str | None"}
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
@@ -116,7 +108,7 @@ def load_results(path: str | Path) -> pd.DataFrame:
 
 # kernel key columns added since the first results files, and the value older rows meant by leaving
 # them out (or blank: rows an older run left that a later --resume kept)
-ADDED_KEYS = {"decode_seqs": 0}
+ADDED_KEYS = {f.name: f.metadata[OLDER_FILES] for f in fields(SweepPoint) if OLDER_FILES in f.metadata}
 
 
 def with_added_keys(df: pd.DataFrame) -> pd.DataFrame:
@@ -125,8 +117,9 @@ def with_added_keys(df: pd.DataFrame) -> pd.DataFrame:
     if "kind" not in df.columns or "seed" not in df.columns:
         return df
     for column, value in ADDED_KEYS.items():
-        if column not in df.columns:
-            df.insert(df.columns.get_loc("seed") + 1, column, value)
+        if column not in df.columns:  # beside the point column before it, as a new file has it
+            before = SWEEP_POINT_COLUMNS[SWEEP_POINT_COLUMNS.index(column) - 1]
+            df.insert(df.columns.get_loc(before) + 1 if before in df.columns else len(df.columns), column, value)
         else:
             df[column] = df[column].where(df[column].notna(), value)
     return df

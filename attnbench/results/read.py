@@ -10,14 +10,15 @@ never in a traceback or in a plausible table made of garbage.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import Field, dataclass, fields
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from attnbench.e2e.rows import E2E_ADDED_KEYS, E2E_KEY, E2E_ROW_PARTS
 from attnbench.errors import AttnbenchError
-from attnbench.kernels.workload import KINDS
+from attnbench.kernels.workload import KINDS, SweepPoint
 from attnbench.results.files import KEY_COLUMNS, PART_COLUMNS, load_results, results_file
 
 MEASURED = ("pass", "fail")  # the verdicts of rows that were timed
@@ -42,25 +43,25 @@ class ResultKind:
         return "a kernel sweep (attnbench kernel / run)" if self.name == "kernel" else "an e2e run (attnbench e2e)"
 
 
+def _is_number(f: Field) -> bool:
+    return f.type.split(" |")[0] in ("int", "float")
+
+
 KERNEL = ResultKind(
     "kernel", tuple(KEY_COLUMNS), "median_ms", "ms", ("p10_ms", "p90_ms"),
-    key_numbers=("num_tokens", "num_heads", "num_kv_heads", "head_dim", "block_size", "decode_share",
-                 "prefix_ratio", "spec_k", "prefill_len", "seed", "decode_seqs"),
+    key_numbers=tuple(f.name for f in fields(SweepPoint) if _is_number(f)),
     numbers=("median_ms", "p10_ms", "p90_ms", "samples", "tflops", "gbps", *PART_COLUMNS),
     optional=("p10_ms", "p90_ms", "samples", "samples_ms", "tflops", "gbps", "gpu", "library", "library_version",
               "reason"),
     markers=("kind", "median_ms"))  # files.load_results adds key columns older files lack
 E2E = ResultKind(
-    "e2e", ("model", "dtype", "block_size", "chunk_size", "input_len", "output_len", "batch_size", "backend",
-            "strategy", "mode", "tp", "cudagraph"), "request_p50_s", "s", ("", "request_p90_s"),
-    key_numbers=("block_size", "chunk_size", "input_len", "output_len", "batch_size", "tp"),
+    "e2e", E2E_KEY, "request_p50_s", "s", ("", "request_p90_s"),
+    key_numbers=tuple(f.name for part in E2E_ROW_PARTS for f in fields(part) if f.name in E2E_KEY and _is_number(f)),
     numbers=("request_p50_s", "request_p90_s", "request_p99_s", "output_tok_s"),
     optional=("request_p90_s", "request_p99_s", "output_tok_s", "agreement", "gpu", "library", "library_version",
               "reason"),
     markers=("input_len", "request_p50_s"),
-    # runs from before --tp ran on one GPU; from before --cudagraph, decode graphs unless eager
-    defaults=(("tp", 1), ("cudagraph", lambda df: df["mode"].map({"eager": "none"}).fillna("decode")
-                           if "mode" in df else "decode")))
+    defaults=E2E_ADDED_KEYS)  # e2e/rows.py: what files from before --tp and --cudagraph meant
 RESULT_KINDS = (KERNEL, E2E)
 
 

@@ -107,26 +107,6 @@ def spread(values: Sequence[float]) -> float:
     return max(values) / min(values) - 1.0 if values else math.nan
 
 
-def replicates_needed(log_sd: float, effect: float, threshold: float = 0.0, power: float = 0.9,
-                      confidence: float = CONFIDENCE, cap: int = 1000) -> int:
-    """Replicates per run for compare to call a true change of 1 + effect `slower` with probability
-    `power`, when replicate medians' logs spread by log_sd in both runs: the interval must clear 1
-    and the ratio must clear 1 + threshold, each with the power's margin (normal approximation)."""
-    if log_sd <= 0:
-        return MIN_REPLICATES
-    z = _normal_quantile(power)
-    target, gate = math.log1p(effect), math.log1p(effect) - math.log1p(threshold)
-    for n in range(MIN_REPLICATES, cap + 1):
-        se = log_sd * math.sqrt(2 / n)
-        if (t_quantile(1 - (1 - confidence) / 2, 2 * n - 2) + z) * se < target and z * se < gate:
-            return n
-    return cap
-
-
-def _normal_quantile(p: float) -> float:
-    return t_quantile(p, 1e7) if p > 0.5 else 0.0
-
-
 def parse_times(cell) -> list[float]:
     """A space-separated cell of times (samples_ms, replicate_medians_ms) -> floats; [] when empty."""
     if cell is None or (isinstance(cell, float) and math.isnan(cell)):

@@ -7,10 +7,11 @@ Split from files.py, which reads and writes the rows; these only lay them out.
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 
 import pandas as pd
 
-from attnbench.kernels.workload import STRATEGIES
+from attnbench.kernels.workload import HEADER, STRATEGIES, SweepPoint
 
 
 def seed_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -41,8 +42,7 @@ def seed_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 # results.csv's point columns as the tables head them
-COLUMN_NAMES = {"num_tokens": "query tokens", "num_heads": "heads", "num_kv_heads": "kv heads", "head_dim": "head dim",
-                "prefix_ratio": "prefix ratio", "decode_share": "decode share", "decode_seqs": "decode seqs"}
+COLUMN_NAMES = {f.name: f.metadata[HEADER] for f in fields(SweepPoint) if HEADER in f.metadata}
 
 
 def without_blank_mixed(table: pd.DataFrame) -> pd.DataFrame:

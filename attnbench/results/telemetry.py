@@ -9,7 +9,8 @@ samples go to telemetry.csv in the run directory.
 Sources, in order: NVML through `pynvml` (nvidia-ml-py) when it imports and initialises; else one
 `nvidia-smi --query-gpu=... -lms 250` process streaming CSV lines (one process, not one per
 sample); else nothing. No GPU, no nvidia-smi, a field the driver does not know: no telemetry and
-no error. attnbench never changes clocks (README: how to lock them yourself).
+no error. A source that stops mid-run (SourceLost) ends the sampling, not the run: the rows timed
+after it say why in their clock_flag. attnbench never changes clocks (README: how to lock them yourself).
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ import subprocess
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import astuple, dataclass, fields
+from dataclasses import asdict, astuple, dataclass, fields
 from pathlib import Path
 from typing import Iterator
 
+from attnbench.kernels.rows import Clocks
 from attnbench.results.atomic import write_text_atomic
 
 INTERVAL_S = 0.25
@@ -38,8 +40,6 @@ THROTTLE = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "
 BELOW_MAX = 0.95  # a median SM clock under this share of the maximum flags the row
 SMI_FIELDS = "clocks.sm,clocks.mem,temperature.gpu,power.draw,{reasons}"
 REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")  # new name, then old
-ROW_COLUMNS = ("sm_clock_min_mhz", "sm_clock_median_mhz", "mem_clock_median_mhz", "gpu_temp_max_c",
-               "power_max_w", "throttle_reasons", "clock_flag")
 
 
 @dataclass(frozen=True)
@@ -75,12 +75,17 @@ def reason_names(mask: int) -> list[str]:
     return [name for bit, name in THROTTLE.items() if mask & bit]
 
 
+class SourceLost(Exception):
+    """A telemetry source stopped answering mid-run (NVML failed, nvidia-smi could not be read)."""
+
+
 class Sampler:
     """Samples the GPU in a background thread; a Sampler with no source samples nothing."""
 
     def __init__(self, source=None, max_sm_mhz: float = math.nan, name: str = ""):
         self.source, self.max_sm_mhz, self.name = source, max_sm_mhz, name
         self.samples: list[Sample] = []
+        self.lost = ""  # why the source stopped before the run ended ("" while it samples)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -94,8 +99,8 @@ class Sampler:
         try:
             for sample in self.source(self._stop):
                 self.samples.append(sample)
-        except Exception:
-            pass
+        except SourceLost as exc:  # the run goes on without clocks; rows timed after it say why
+            self.lost = str(exc)
 
     def stop(self) -> None:
         self._stop.set()
@@ -112,6 +117,8 @@ class Sampler:
         seen = self.window(*window) if window else []
         if seen:
             row.update(summarize(seen, self.max_sm_mhz))
+        elif window and self.lost:
+            row["clock_flag"] = f"no telemetry: {self.lost}"
         return row
 
     def write(self, out_dir: Path) -> Path | None:
@@ -143,11 +150,12 @@ def summarize(samples: list[Sample], max_sm_mhz: float) -> dict:
     flags = ["throttled"] if reasons else []
     if sm and not math.isnan(max_sm_mhz) and statistics.median(sm) < BELOW_MAX * max_sm_mhz:
         flags.append("below max clock")
-    return {"sm_clock_min_mhz": min(sm) if sm else math.nan,
-            "sm_clock_median_mhz": statistics.median(sm) if sm else math.nan,
-            "mem_clock_median_mhz": statistics.median(mem) if mem else math.nan,
-            "gpu_temp_max_c": max(temps) if temps else math.nan, "power_max_w": max(power) if power else math.nan,
-            "throttle_reasons": "+".join(reasons), "clock_flag": "; ".join(flags)}
+    return asdict(Clocks(sm_clock_min_mhz=min(sm) if sm else math.nan,
+                         sm_clock_median_mhz=statistics.median(sm) if sm else math.nan,
+                         mem_clock_median_mhz=statistics.median(mem) if mem else math.nan,
+                         gpu_temp_max_c=max(temps) if temps else math.nan,
+                         power_max_w=max(power) if power else math.nan,
+                         throttle_reasons="+".join(reasons), clock_flag="; ".join(flags)))
 
 
 # ---- sources ----------------------------------------------------------------------------------------
@@ -179,7 +187,10 @@ def smi_sampler(gpu_ids: list[str], interval_s: float = INTERVAL_S) -> Sampler:
 
 
 def _stream(command: list[str], stop: threading.Event) -> Iterator[Sample]:
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    except OSError as exc:
+        raise SourceLost(f"nvidia-smi could not be started ({exc.strerror or exc})") from None
     watcher = threading.Thread(target=lambda: (stop.wait(), process.terminate()), daemon=True)
     watcher.start()
     try:
@@ -187,6 +198,8 @@ def _stream(command: list[str], stop: threading.Event) -> Iterator[Sample]:
             sample = parse_smi_line(line, time.time())
             if sample is not None:
                 yield sample
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SourceLost(f"nvidia-smi's output could not be read ({exc})") from None
     finally:
         process.terminate()
         try:
@@ -211,10 +224,14 @@ def nvml_sampler(uuid: str | None, index: int, interval_s: float = INTERVAL_S) -
 
     def read(stop: threading.Event) -> Iterator[Sample]:
         while not stop.is_set():
-            yield Sample(time.time(), float(pynvml.nvmlDeviceGetClockInfo(handle, sm)),
-                         float(pynvml.nvmlDeviceGetClockInfo(handle, mem)),
-                         float(pynvml.nvmlDeviceGetTemperature(handle, getattr(pynvml, "NVML_TEMPERATURE_GPU", 0))),
-                         pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0, int(reasons(handle)))
+            try:
+                sample = Sample(time.time(), float(pynvml.nvmlDeviceGetClockInfo(handle, sm)),
+                                float(pynvml.nvmlDeviceGetClockInfo(handle, mem)),
+                                float(pynvml.nvmlDeviceGetTemperature(handle, getattr(pynvml, "NVML_TEMPERATURE_GPU", 0))),
+                                pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0, int(reasons(handle)))
+            except pynvml.NVMLError as exc:  # e.g. the GPU fell off the bus, or the driver was reloaded
+                raise SourceLost(f"NVML stopped answering ({exc})") from None
+            yield sample
             stop.wait(interval_s)
 
     return Sampler(read, max_sm, "nvml")

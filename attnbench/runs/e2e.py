@@ -46,7 +46,9 @@ from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.plan import check_measured
 from attnbench.kernels.workload import DTYPE_ALIASES, SweepPoint
 from attnbench.results.atomic import replace_atomic
-from attnbench.results.e2e_report import E2E_POINT, write_e2e_outputs
+from attnbench.e2e.rows import E2E_POINT, E2EPoint, E2ERun
+from attnbench.kernels.rows import cells
+from attnbench.results.e2e_report import write_e2e_outputs
 from attnbench.results.env import collect
 from attnbench.results.profiling import write_report
 from attnbench.runs.rundir import ResumeKey, RunDir
@@ -229,9 +231,9 @@ def measure_points(setup: Setup, run: RunDir, env: dict, rows: list[dict], agree
     args, tp, margs = setup.args, setup.tp, setup.margs
     spec = ModelSpec(margs, setup.path, setup.dtype_name, setup.device, args.seed, max(args.batch_sizes),
                      setup.max_model_len, args.block_size, args.chunk_size, tp)
-    base = {"model": margs.name, "params_b": round(margs.num_params / 1e9, 3), "dtype": setup.dtype_name,
-            "block_size": args.block_size, "chunk_size": args.chunk_size or 0, "device": setup.device.type,
-            "gpu": setup.gpu_name or "cpu", "tp": tp.size, "warmup": args.warmup, "iters": args.iters}
+    base = cells(E2ERun(margs.name, round(margs.num_params / 1e9, 3), setup.dtype_name, args.block_size,
+                        args.chunk_size or 0, setup.device.type, setup.gpu_name or "cpu", tp.size, args.warmup,
+                        args.iters))
     finished = 0
     with progress(console) as bar:
         task = bar.add_task("e2e", total=len(points))
@@ -241,7 +243,7 @@ def measure_points(setup: Setup, run: RunDir, env: dict, rows: list[dict], agree
                                            env["e2e"]["point_timeout_s"]) as measure:
                 for input_len, output_len, batch_size in points:
                     bar.update(task, description=f"in {input_len} / out {output_len} / batch {batch_size}")
-                    fields = {**base, "input_len": input_len, "output_len": output_len, "batch_size": batch_size}
+                    fields = {**base, **cells(E2EPoint(input_len, output_len, batch_size))}
                     new_rows, new_agreements = measure(fields)
                     rows += new_rows
                     agreements += new_agreements
