@@ -15,7 +15,7 @@ from bad_results import NA_TEXT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnbench.e2e import report
+from attnbench.results import e2e_report as report
 from attnbench.e2e.rows import E2E_ROW_PARTS, E2EHead, E2EMeasures, E2EPoint, E2ERun
 from attnbench.kernels import rows
 from attnbench.kernels.sweep import SweepPlan, point_row
