@@ -24,7 +24,7 @@ from rich.console import Console
 from attnbench.console import default_out_dir, progress
 from attnbench.device import device_name, point_timeout_s
 from attnbench.e2e.engine import estimate_bytes
-from attnbench.e2e.graphs import cudagraph_of, graph_mode
+from attnbench.e2e.modes import GraphMode, choose_graphs, cudagraph_of
 from attnbench.e2e.model import ModelArgs, fused
 from attnbench.e2e.parallel import TensorParallel, agree, check_tp, describe, from_leader, rank_args, tensor_parallel
 from attnbench.e2e.report import E2E_POINT, write_e2e_outputs
@@ -124,9 +124,11 @@ def run_ranks(args: E2EArgs, console: Console, command: list[str], margs: ModelA
             if reason:
                 raise UsageError(reason if reason.startswith("--") else f"--backend: {b} cannot run {margs.name} here: {reason}")
     max_bs = max(args.batch_sizes)
-    plans = {b: graph_mode(b, device, args.eager, max_bs, cudagraph_of(args), args.graph_policy, margs.n_layer)
-             for b in backends}
-    runs_at_once = len(backends) * len(args.strategies) * (2 if any(g != "none" for g, _ in plans.values()) else 1)
+    none_by = "--eager" if args.eager else "--cudagraph none"
+    plans = {b: choose_graphs(get_backend(b), cudagraph_of(args), device.type, max_bs, margs.n_layer, args.graph_policy,
+                              none_by) for b in backends}
+    runs_at_once = len(backends) * len(args.strategies) * (2 if any(c.cudagraph != GraphMode.NONE
+                                                                     for c in plans.values()) else 1)
     elt = torch.empty((), dtype=torch_dtype(dtype_name)).element_size()
     parts = estimate_bytes(shard, elt, max_bs, max_model_len, args.block_size,
                            args.chunk_size or max(b * i for b in args.batch_sizes for i, _ in pairs),
@@ -146,7 +148,7 @@ def run_ranks(args: E2EArgs, console: Console, command: list[str], margs: ModelA
                       "max_model_len": max_model_len, "warmup": args.warmup, "iters": args.iters,
                       "tp": describe(tp), "attention_per_rank": {k: getattr(point, k) for k in PER_RANK},
                       "memory_estimate_gib": {k: round(v / GiB, 3) for k, v in parts.items()},
-                      "graphs": {b: note for b, (_, note) in plans.items()}, "cudagraph": cudagraph_of(args),
+                      "graphs": {b: c.note for b, c in plans.items()}, "cudagraph": cudagraph_of(args).value,
                       "graph_policy": args.graph_policy,
                       "point_timeout_s": float(point_timeout_s(args.point_timeout, device)) if args.isolate else None}
         rows, agreements, points = [], [], all_points
