@@ -119,6 +119,15 @@ def test_full_on_a_decode_only_backend_runs_decode_graphs_and_piecewise():
         Engine(engines.model, engines.cache, engine.attn, 4, 64, 16, GraphMode.FULL, emulate=True)
 
 
+def test_an_engine_refuses_a_mode_that_does_not_run_here():
+    """No silent fallback inside the engine: the job records the fallback, the engine is made for it."""
+    engines, _ = _chunked()
+    with pytest.raises(AttnbenchError, match="CUDA graph mode full does not run here: eager: CUDA graphs need a GPU"):
+        _engine(engines, "fake-fa2", "unified", GraphMode.FULL, emulate=False)
+    with pytest.raises(AttnbenchError, match="mode decode does not run here: .*reference backend cannot be captured"):
+        _engine(engines, "reference", "unified", GraphMode.DECODE)
+
+
 def _choice(backend: str, cudagraph: GraphMode, device_type: str = "cuda", n_layer: int = 0):
     """The registry's backend's choice (only the device's type is read: no GPU is touched)."""
     return choose_graphs(get_backend(backend), cudagraph, device_type, 4, n_layer=n_layer)
