@@ -14,9 +14,9 @@ and sequences; piecewise graphs (piecewise.py) every step's non-attention parts,
 between them. A graph captured on a decode batch froze max_seqlen_q = 1 and is not valid for
 prefill or mixed steps: under `decode` they run eagerly. All three are peers behind one
 interface (graphmem.CapturedGraphs: `load(step)`), and use this engine through its public
-methods only (graphmem.GraphEngine: `upload`, `copy_in`, `plan_step`). Under tensor parallelism
-each rank captures its own graphs, NCCL all-reduces inside, and every rank replays the same
-bucket at the same step, since every rank runs the same schedule.
+methods only (graphmem.GraphEngine: `upload`, `copy_in`, `prepare_attention`). Under tensor
+parallelism each rank captures its own graphs, NCCL all-reduces inside, and every rank replays
+the same bucket at the same step, since every rank runs the same schedule.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from attnbench.kernels.metadata import build_metadata
 from attnbench.kernels.workload import Batch
 from attnbench.results.profiling import nvtx_range
 
+
 @dataclass
 class StepRecord:
     kind: str
@@ -63,6 +64,9 @@ class Generation:
 
 
 class Engine:
+    """One model, KV cache and attention backend x strategy, in one graph mode: `prepare` a step on
+    the host, `load` it (eagerly or into the graphs that replay it), launch; `generate` runs requests."""
+
     def __init__(self, model: Transformer, cache: KVCache, attn: PagedAttention, max_num_seqs: int,
                  max_model_len: int, chunk_size: int | None = None, cudagraph: GraphMode = GraphMode.NONE,
                  graph_policy: str = "safe", emulate: bool = False):
@@ -115,13 +119,15 @@ class Engine:
                     table, sample_rows, logits_indices)
 
     def upload(self, values: list[int], dtype: torch.dtype) -> torch.Tensor:
+        """values on the device, through pinned memory, not waited for."""
         host = torch.tensor(values, dtype=dtype, pin_memory=self.cuda)
         return host.to(self.device, non_blocking=True)
 
     def copy_in(self, buffer: torch.Tensor, values: list[int]) -> None:
+        """values into a static buffer (a graph's input), not waited for."""
         buffer.copy_(torch.tensor(values, dtype=buffer.dtype, pin_memory=self.cuda), non_blocking=True)
 
-    def plan_step(self, step: Step) -> None:
+    def prepare_attention(self, step: Step) -> None:
         """The step's own metadata on the device, planned once and bound for every layer with its slots."""
         metadata = build_metadata(self.attn.strategy, step.batch, step.block_table).to(self.device)
         self.attn.bind(self.attn.plan(metadata), self.upload(step.slot_mapping, torch.long))
@@ -140,7 +146,7 @@ class Engine:
         graphs = self.graphs_for(step)
         if graphs is not None:
             return graphs.load(step)
-        self.plan_step(step)
+        self.prepare_attention(step)
         ids, pos = self.upload(step.input_ids, torch.long), self.upload(step.positions, torch.long)
         indices = self.upload(step.logits_indices, torch.long)
         return lambda: self.model(ids, pos, self.attn, indices)

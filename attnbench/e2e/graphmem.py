@@ -69,7 +69,7 @@ class GraphEngine(Protocol):
     def copy_in(self, buffer: torch.Tensor, values: list[int]) -> None:
         """values into a static buffer (a prefix of one), not waited for."""
 
-    def plan_step(self, step: Step) -> None:
+    def prepare_attention(self, step: Step) -> None:
         """The step's own metadata planned, and the plan bound with its slot mapping, for every layer."""
 
 

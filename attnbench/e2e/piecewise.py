@@ -81,7 +81,7 @@ class PiecewiseGraphs(CapturedGraphs):
         e, n, sampled = self.engine, len(step.input_ids), len(step.logits_indices)
         tokens = round_up(n, self.tok_buckets)
         s, replays = self.graphs.get(tokens) or self._capture(tokens)
-        e.plan_step(step)
+        e.prepare_attention(step)
         e.copy_in(s.input_ids, step.input_ids + [0] * (tokens - n))
         e.copy_in(s.positions, step.positions + [0] * (tokens - n))
         e.copy_in(s.logits_indices, step.logits_indices + [0] * (s.logits_indices.shape[0] - sampled))
