@@ -56,7 +56,7 @@ def cudagraph_of(args) -> GraphMode:
     (under --tp too: each rank captures its own graphs, NCCL all-reduces inside)."""
     if args.eager:
         return GraphMode.NONE
-    return GraphMode.parse(args.cudagraph) or DEFAULT_MODE
+    return args.cudagraph or DEFAULT_MODE
 
 
 def graph_buckets(max_num_seqs: int) -> list[int]:
