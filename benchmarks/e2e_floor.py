@@ -33,6 +33,7 @@ from attnbench.e2e.agreement import run_metrics
 from attnbench.e2e.scheduler import make_prompts
 from attnbench.e2e.checkpoint import hf_state_dict
 from attnbench.e2e.model import ModelArgs, fused, random_model
+from attnbench.e2e.modes import GraphMode
 
 
 def copy_bandwidth_gbs(device: torch.device, gib: float = 2.0, reps: int = 20) -> float:
@@ -104,9 +105,9 @@ def measured(engine, prompt: list[int], output_len: int, warmup: int, iters: int
 
 def attnbench_run(runner: ModelEngines, backend: str, strategy: str, prompt: list[int], output_len: int, warmup: int,
                   iters: int) -> dict:
-    engine = runner.engine(backend, strategy, graphs=True)
+    engine = runner.engine(backend, strategy, GraphMode.DECODE)
     check, metrics = measured(engine, prompt, output_len, warmup, iters)
-    replay = engine.graphs[1]  # the batch-1 decode graph's replay
+    replay = engine.decode.replays[1]  # the batch-1 decode graph's replay
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(50):  # back to back: the step's GPU time with no host work between replays
@@ -120,7 +121,7 @@ def attnbench_run(runner: ModelEngines, backend: str, strategy: str, prompt: lis
 def full_graph_steps(runner: ModelEngines, backend: str, strategy: str, prompt: list[int], output_len: int,
                      warmup: int, iters: int) -> dict:
     """Under full graphs: the p50 prefill step and decode step (CUDA events around each replay)."""
-    engine = runner.engine(backend, strategy, "full")
+    engine = runner.engine(backend, strategy, GraphMode.FULL)
     m = measured(engine, prompt, output_len, warmup, iters)[1]
     return {"prefill_step_ms": m["prefill_step_p50_ms"], "decode_step_ms": m["decode_step_p50_ms"],
             "prefill_over_decode": m["prefill_step_p50_ms"] / m["decode_step_p50_ms"], "graphs": engine.graph_stats()[0]}

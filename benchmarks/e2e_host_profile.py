@@ -52,7 +52,7 @@ def main() -> None:
     margs = ModelArgs.from_name(args.model)
     model = random_model(margs, torch.bfloat16, device)
     engines = ModelEngines(model, args.batch_size, args.input_len + args.output_len)
-    engine = engines.engine(args.backend, args.strategy, graphs=False)
+    engine = engines.engine(args.backend, args.strategy)
     prompts = make_prompts(args.batch_size, args.input_len, margs.vocab_size)
     for _ in range(2):  # compile and warm up
         engine.generate(prompts, args.output_len)

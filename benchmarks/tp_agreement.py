@@ -18,6 +18,7 @@ from pathlib import Path
 
 from attnbench.e2e.parallel import check_tp, exit_now, teardown_code, tensor_parallel
 from attnbench.e2e.agreement import FAILING
+from attnbench.e2e.modes import GraphMode
 from attnbench.e2e.runner import resolve_model
 from attnbench.e2e.tp_check import tp_agreement
 
@@ -44,7 +45,7 @@ def main() -> int:
         for strategy in opts.strategy.split(","):
             for mode in opts.mode.split(","):
                 agreement = tp_agreement(args, checkpoint, tp, device, opts.dtype, opts.backend, strategy,
-                                         mode == "graph", opts.batch_size, opts.input_len, opts.output_len, opts.seed)
+                                         GraphMode.DECODE if mode == "graph" else GraphMode.NONE, opts.batch_size, opts.input_len, opts.output_len, opts.seed)
                 if tp.leader:
                     row = {"model": args.name, "tp": tp.size, "backend": opts.backend, "strategy": strategy,
                            "mode": mode, **agreement.row()}

@@ -18,7 +18,8 @@ from attnbench.cli.main import app
 from attnbench.e2e.runner import ModelEngines
 from attnbench.e2e.agreement import compare_generations
 from attnbench.e2e.engine import Engine
-from attnbench.e2e.graphs import graph_buckets
+from attnbench.e2e.decode_graphs import DecodeGraphs
+from attnbench.e2e.modes import GraphMode, graph_buckets
 from attnbench.e2e.scheduler import KVCache, Sequence, make_prompts, schedule
 from attnbench.e2e.model import ModelArgs, random_model
 
@@ -26,8 +27,10 @@ TINY = ModelArgs.from_name("tiny")
 QUICK = ["--model", "tiny", "--warmup", "1", "--iters", "2", "--device", "cpu"]
 
 
-def make_engine(model, strategy: str, backend: str = "reference", chunk_size=None, graphs=False) -> Engine:
-    return ModelEngines(model, max_num_seqs=4, max_model_len=64, chunk_size=chunk_size).engine(backend, strategy, graphs)
+def make_engine(model, strategy: str, backend: str = "reference", chunk_size=None,
+                cudagraph: GraphMode = GraphMode.NONE) -> Engine:
+    return ModelEngines(model, max_num_seqs=4, max_model_len=64, chunk_size=chunk_size).engine(backend, strategy,
+                                                                                               cudagraph)
 
 
 # --- host side ---------------------------------------------------------------------------------
@@ -216,15 +219,15 @@ class TestGPU:
         prompts = make_prompts(3, 40, TINY.vocab_size, seed=7)  # 3 rows replay the 4-row bucket: one padding row
         runs = {}
         for strategy in ("unified", "split"):
-            for graphs in (True, False):
-                engine = make_engine(model, strategy, backend, chunk_size=chunk_size, graphs=graphs)
-                runs[(strategy, graphs)] = engine.generate(prompts, 24, record_logits=True)
+            for cudagraph in (GraphMode.DECODE, GraphMode.NONE):
+                engine = make_engine(model, strategy, backend, chunk_size=chunk_size, cudagraph=cudagraph)
+                runs[(strategy, cudagraph)] = engine.generate(prompts, 24, record_logits=True)
                 again = engine.generate(prompts, 24)
-                assert again.tokens == runs[(strategy, graphs)].tokens, "a replay is not repeatable"
-        assert any(s.graph for s in runs[("unified", True)].steps)
+                assert again.tokens == runs[(strategy, cudagraph)].tokens, "a replay is not repeatable"
+        assert any(s.graph for s in runs[("unified", GraphMode.DECODE)].steps)
         oracle = make_engine(model, "unified", "reference", chunk_size=chunk_size).generate(prompts, 24, record_logits=True)
-        ref = runs[("unified", False)]
-        for key, run in [*runs.items(), (("reference", False), oracle)]:
+        ref = runs[("unified", GraphMode.NONE)]
+        for key, run in [*runs.items(), (("reference", GraphMode.NONE), oracle)]:
             result = compare_generations(ref.tokens, ref.logits, run.tokens, run.logits)
             assert result.verdict in ("match", "near-tie"), (key, result)
             assert result.max_logit_diff < 0.1 * result.logit_scale, (key, result)
@@ -235,9 +238,9 @@ class TestGPU:
         model = random_model(TINY, torch.bfloat16, "cuda", seed=8)
         prompts = make_prompts(2, 20, TINY.vocab_size, seed=8)
         eager = make_engine(model, "unified", backend).generate(prompts, 8, record_logits=True)
-        broken = make_engine(model, "unified", backend, graphs=True)
-        monkeypatch.setattr(broken, "_kv_buffers", lambda md: (torch.zeros_like(Engine._kv_buffers(md)[0]),
-                                                                Engine._kv_buffers(md)[1]))
+        broken = make_engine(model, "unified", backend, cudagraph=GraphMode.DECODE)
+        monkeypatch.setattr(broken.decode, "_kv_buffers", lambda md: (torch.zeros_like(DecodeGraphs._kv_buffers(md)[0]),
+                                                                       DecodeGraphs._kv_buffers(md)[1]))
         run = broken.generate(prompts, 8, record_logits=True)
         assert compare_generations(eager.tokens, eager.logits, run.tokens, run.logits).verdict == "MISMATCH"
 

@@ -20,9 +20,10 @@ from attnbench.cli import flags, scenario
 from attnbench.cli.main import app
 from attnbench.e2e.attention import PagedAttention
 from attnbench.e2e.engine import Engine
-from attnbench.e2e.graphs import FullGraphs, cudagraph_of, full_bucket, pad_step, token_buckets
+from attnbench.e2e.graphs import FullGraphs, full_bucket, pad_step, token_buckets
 from attnbench.e2e.model import ModelArgs, random_model
 from attnbench.e2e.agreement import FAILING, compare_generations
+from attnbench.e2e.modes import GraphMode, cudagraph_of
 from attnbench.e2e.runner import E2EArgs, ModelEngines, length_pairs
 from attnbench.e2e.scheduler import Sequence, make_prompts, schedule
 from attnbench.kernels.graphsafe import static_buffers, write_batch
@@ -73,7 +74,7 @@ def _mixed_step(engine: Engine):
 @pytest.mark.parametrize("strategy", ["unified", "split"])
 def test_a_full_graph_step_writes_safe_padded_metadata(strategy):
     model = random_model(TINY, torch.bfloat16, "cpu", seed=4)
-    engine = ModelEngines(model, max_num_seqs=4, max_model_len=64, chunk_size=12).engine("reference", strategy, False)
+    engine = ModelEngines(model, max_num_seqs=4, max_model_len=64, chunk_size=12).engine("reference", strategy)
     step = _mixed_step(engine)
     md = build_metadata(strategy, step.batch, step.block_table)
     bucket = full_bucket(strategy, step.batch, [1, 2, 4], token_buckets(12), 4, 16)
@@ -210,14 +211,14 @@ class TestFullGraphsOnTheGPU:
         model = random_model(TINY, torch.bfloat16, "cuda", seed=7)
         engines = ModelEngines(model, max_num_seqs=4, max_model_len=64, chunk_size=16)
         prompts = make_prompts(3, 24, TINY.vocab_size, seed=7)
-        eager = engines.engine(backend, strategy, "none").generate(prompts, 12, record_logits=True)
-        full = engines.engine(backend, strategy, "full")
+        eager = engines.engine(backend, strategy, GraphMode.NONE).generate(prompts, 12, record_logits=True)
+        full = engines.engine(backend, strategy, GraphMode.FULL)
         safe = full.generate(prompts, 12, record_logits=True)
         assert all(s.graph for s in safe.steps) and full.graph_stats()[0] > 2 and full.graph_stats()[1] > 0
         assert full.generate(prompts, 12).tokens == safe.tokens, "a replay is not repeatable"
         result = compare_generations(eager.tokens, eager.logits, safe.tokens, safe.logits)
         assert result.verdict in ("match", "near-tie"), result
-        naive = engines.engine(backend, strategy, "full", "naive").generate(prompts, 12, record_logits=True)
+        naive = engines.engine(backend, strategy, GraphMode.FULL, "naive").generate(prompts, 12, record_logits=True)
         verdict = compare_generations(eager.tokens, eager.logits, naive.tokens, naive.logits).verdict
         print(backend, strategy, "naive:", verdict)
         if verdict not in FAILING:
@@ -251,3 +252,4 @@ class TestFullGraphsOnTheGPU:
 def test_the_default_mode_is_full_under_tensor_parallelism_too():
     assert cudagraph_of(E2EArgs()) == "full" and cudagraph_of(E2EArgs(tp=2)) == "full"
     assert cudagraph_of(E2EArgs(tp=2, cudagraph="decode")) == "decode" and cudagraph_of(E2EArgs(eager=True)) == "none"
+    assert cudagraph_of(E2EArgs(cudagraph="piecewise")) is GraphMode.PIECEWISE  # the CLI's text becomes the type

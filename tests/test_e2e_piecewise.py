@@ -22,24 +22,24 @@ from attnbench.cli.main import app
 from attnbench.e2e import runner
 from attnbench.e2e.attention import PagedAttention
 from attnbench.e2e.engine import Engine
-from attnbench.e2e.graphs import FullGraphs, graph_mode, round_up, token_buckets
+from attnbench.e2e.graphs import FullGraphs, round_up, token_buckets
 from attnbench.e2e.model import ModelArgs, random_model
-from attnbench.e2e.piecewise import PiecewiseGraphs, step_graphs
 from attnbench.e2e.agreement import compare_generations
+from attnbench.e2e.modes import GraphMode, choose_graphs
+from attnbench.e2e.piecewise import PiecewiseGraphs
 from attnbench.e2e.runner import E2EArgs, ModelEngines, run_point
 from attnbench.e2e.scheduler import make_prompts
 from attnbench.errors import AttnbenchError
 from attnbench.kernels.backends.registry import get_backend
 
 TINY = ModelArgs.from_name("tiny")
-CUDA = torch.device("cuda")  # graph_mode only reads the device's type: no GPU is touched
 
 
-def _engine(engines: ModelEngines, backend: str, strategy: str, mode: str, emulate: bool = True) -> Engine:
+def _engine(engines: ModelEngines, backend: str, strategy: str, cudagraph: GraphMode, emulate: bool = True) -> Engine:
     kernel = grid_backend()[0] if backend == "fake-fa2" else get_backend(backend)
     attn = PagedAttention(kernel, strategy, engines.point, engines.cache.k, engines.cache.v)
     return Engine(engines.model, engines.cache, attn, engines.max_num_seqs, engines.max_model_len,
-                  engines.chunk_size, mode, emulate=emulate)
+                  engines.chunk_size, cudagraph, emulate=emulate)
 
 
 def _chunked(args: ModelArgs = TINY, seed: int = 5):
@@ -53,8 +53,8 @@ def _chunked(args: ModelArgs = TINY, seed: int = 5):
 @pytest.mark.parametrize("backend", ["reference", "fake-fa2"])
 def test_emulated_piecewise_gives_the_eager_tokens(backend, strategy):
     engines, prompts = _chunked()
-    eager = _engine(engines, backend, strategy, "none").generate(prompts, 8, record_logits=True)
-    engine = _engine(engines, backend, strategy, "piecewise")
+    eager = _engine(engines, backend, strategy, GraphMode.NONE).generate(prompts, 8, record_logits=True)
+    engine = _engine(engines, backend, strategy, GraphMode.PIECEWISE)
     piecewise = engine.generate(prompts, 8, record_logits=True)
     assert {s.kind for s in piecewise.steps} == {"prefill", "mixed", "decode"} and all(s.graph for s in piecewise.steps)
     assert any(s.tokens not in engine.piecewise.tok_buckets for s in piecewise.steps), "no step was padded"
@@ -66,7 +66,7 @@ def test_emulated_piecewise_gives_the_eager_tokens(backend, strategy):
 def test_each_token_bucket_gets_one_graph_per_segment_between_attention_calls():
     three = dataclasses.replace(TINY, name="tiny-3", n_layer=3)  # 4 segments: not a coincidence of 2 layers
     engines, prompts = _chunked(three)
-    engine = _engine(engines, "reference", "unified", "piecewise")
+    engine = _engine(engines, "reference", "unified", GraphMode.PIECEWISE)
     steps = engine.generate(prompts, 8).steps
     buckets = {round_up(s.tokens, token_buckets(16)) for s in steps}
     assert set(engine.piecewise.graphs) == buckets and len(buckets) > 2
@@ -84,7 +84,7 @@ def test_padding_rows_never_reach_attention_or_the_kv_cache(strategy, monkeypatc
     engines, prompts = _chunked()
     cache = engines.cache
     cache.k.zero_(), cache.v.zero_()
-    eager = _engine(engines, "fake-fa2", strategy, "none").generate(prompts, 8)
+    eager = _engine(engines, "fake-fa2", strategy, GraphMode.NONE).generate(prompts, 8)
     eager_k, eager_v = cache.k.clone(), cache.v.clone()
     buffers = PiecewiseGraphs._buffers
 
@@ -94,7 +94,7 @@ def test_padding_rows_never_reach_attention_or_the_kv_cache(strategy, monkeypatc
         return static
     monkeypatch.setattr(PiecewiseGraphs, "_buffers", poisoned)
     cache.k.zero_(), cache.v.zero_()
-    engine = _engine(engines, "fake-fa2", strategy, "piecewise")
+    engine = _engine(engines, "fake-fa2", strategy, GraphMode.PIECEWISE)
     piecewise = engine.generate(prompts, 8, record_logits=True)
     padded = [s for s in piecewise.steps if s.tokens not in engine.piecewise.tok_buckets]
     assert padded and piecewise.tokens == eager.tokens and torch.isfinite(piecewise.logits).all()
@@ -108,30 +108,46 @@ def test_padding_rows_never_reach_attention_or_the_kv_cache(strategy, monkeypatc
 
 def test_full_on_a_decode_only_backend_runs_decode_graphs_and_piecewise():
     engines, _ = _chunked()
-    engine = _engine(engines, "fake-fa2", "unified", "none")
-    full, piecewise = step_graphs(engine, "full", emulate=True)
-    assert isinstance(full, FullGraphs) and piecewise is None
+    engine = _engine(engines, "fake-fa2", "unified", GraphMode.FULL)
+    assert isinstance(engine.full, FullGraphs) and engine.piecewise is None and engine.decode is None
     engine.attn.backend.graph_replay = "decode-only"  # FlashInfer's declaration, on this fake's instance
-    full, piecewise = step_graphs(engine, "full", emulate=True)
-    assert full is None and isinstance(piecewise, PiecewiseGraphs)
-    assert step_graphs(engine, "piecewise", emulate=True)[0] is None  # piecewise never captures attention
+    choice = choose_graphs(engine.attn.backend, GraphMode.FULL, "cuda", 4)
+    assert (choice.cudagraph, choice.decode, choice.full, choice.piecewise) == (GraphMode.FULL, True, False, True)
+    piecewise = Engine(engines.model, engines.cache, engine.attn, 4, 64, 16, GraphMode.PIECEWISE, emulate=True)
+    assert piecewise.full is None and isinstance(piecewise.piecewise, PiecewiseGraphs)  # never captures attention
     with pytest.raises(AttnbenchError, match="CUDA graphs need a CUDA device"):  # its decode graphs: no emulation
-        Engine(engines.model, engines.cache, engine.attn, 4, 64, 16, "full", emulate=True)
+        Engine(engines.model, engines.cache, engine.attn, 4, 64, 16, GraphMode.FULL, emulate=True)
+
+
+def test_an_engine_refuses_a_mode_that_does_not_run_here():
+    """No silent fallback inside the engine: the job records the fallback, the engine is made for it."""
+    engines, _ = _chunked()
+    with pytest.raises(AttnbenchError, match="CUDA graph mode full does not run here: eager: CUDA graphs need a GPU"):
+        _engine(engines, "fake-fa2", "unified", GraphMode.FULL, emulate=False)
+    with pytest.raises(AttnbenchError, match="mode decode does not run here: .*reference backend cannot be captured"):
+        _engine(engines, "reference", "unified", GraphMode.DECODE)
+
+
+def _choice(backend: str, cudagraph: GraphMode, device_type: str = "cuda", n_layer: int = 0):
+    """The registry's backend's choice (only the device's type is read: no GPU is touched)."""
+    return choose_graphs(get_backend(backend), cudagraph, device_type, 4, n_layer=n_layer)
 
 
 def test_each_mode_says_what_runs():
-    mode, note = graph_mode("reference", CUDA, False, 4, "piecewise", n_layer=2)
-    assert mode == "piecewise" and "3 per token bucket" in note and "attention runs eagerly" in note
-    assert graph_mode("reference", CUDA, False, 4, "full")[0] == "none"  # full captures attention: graph_safe needed
-    assert graph_mode("reference", torch.device("cpu"), False, 4, "piecewise")[0] == "none"
-    mode, note = graph_mode("flashinfer", CUDA, False, 4, "full", n_layer=2)
-    assert mode == "full" and "decode CUDA graphs (buckets 1,2,4)" in note and "run piecewise" in note
-    assert "pure-decode batches only" in note
-    assert "every step replays a CUDA graph" in graph_mode("vllm-fa2", CUDA, False, 4, "full")[1]
+    choice = _choice("reference", GraphMode.PIECEWISE, n_layer=2)
+    assert choice.cudagraph == "piecewise" and "3 per token bucket" in choice.note
+    assert "attention runs eagerly" in choice.note
+    assert _choice("reference", GraphMode.FULL).cudagraph == "none"  # full captures attention: graph_safe needed
+    assert _choice("reference", GraphMode.PIECEWISE, "cpu").cudagraph == "none"
+    choice = _choice("flashinfer", GraphMode.FULL, n_layer=2)
+    assert choice.cudagraph == "full" and "decode CUDA graphs (buckets 1,2,4)" in choice.note
+    assert "run piecewise" in choice.note and "pure-decode batches only" in choice.note
+    assert "every step replays a CUDA graph" in _choice("vllm-fa2", GraphMode.FULL).note
     # flex: no captured graph replays another batch (graph_replay "none"): eager, piecewise under full
     for cudagraph, want in (("decode", "none"), ("full", "piecewise"), ("piecewise", "piecewise")):
-        mode, note = graph_mode("flex", CUDA, False, 4, cudagraph, n_layer=2)
-        assert mode == want and ("graph_replay='none'" in note) == (cudagraph != "piecewise"), (cudagraph, note)
+        choice = _choice("flex", GraphMode(cudagraph), n_layer=2)
+        assert choice.cudagraph == want, (cudagraph, choice)
+        assert ("graph_replay='none'" in choice.note) == (cudagraph != "piecewise"), (cudagraph, choice)
 
 
 def test_piecewise_rows_record_mode_graphs_and_the_eager_check(monkeypatch):
@@ -139,9 +155,9 @@ def test_piecewise_rows_record_mode_graphs_and_the_eager_check(monkeypatch):
     model = random_model(TINY, torch.bfloat16, "cpu", seed=6)
     engines = ModelEngines(model, max_num_seqs=2, max_model_len=11, chunk_size=5)
     args = E2EArgs(model="tiny", input_lens=[8], output_lens=[3], batch_sizes=[2], chunk_size=5,
-                   backends=["reference"], warmup=0, iters=1, cudagraph="piecewise", device="cpu")
-    plans = {"reference": graph_mode("reference", CUDA, False, 2, "piecewise", n_layer=TINY.n_layer)}
-    rows, agreements = run_point(engines, args, plans, {"input_len": 8, "output_len": 3, "batch_size": 2})
+                   backends=["reference"], warmup=0, iters=1, cudagraph=GraphMode.PIECEWISE, device="cpu")
+    choices = {"reference": choose_graphs(get_backend("reference"), GraphMode.PIECEWISE, "cuda", 2, TINY.n_layer)}
+    rows, agreements = run_point(engines, args, choices, {"input_len": 8, "output_len": 3, "batch_size": 2})
     df = pd.DataFrame(rows)
     assert (df["cudagraph"] == "piecewise").all() and (df["mode"] == "graph").all() and (df["graph_policy"] == "").all()
     assert (df["verdict"] == "pass").all(), df[["strategy", "verdict", "reason"]]
@@ -184,8 +200,8 @@ class TestPiecewiseGraphsOnTheGPU:
     @pytest.mark.parametrize("strategy", ["unified", "split"])
     def test_piecewise_matches_none(self, backend, strategy):
         engines, prompts = self._setup()
-        eager = engines.engine(backend, strategy, "none").generate(prompts, 12, record_logits=True)
-        engine = engines.engine(backend, strategy, "piecewise")
+        eager = engines.engine(backend, strategy, GraphMode.NONE).generate(prompts, 12, record_logits=True)
+        engine = engines.engine(backend, strategy, GraphMode.PIECEWISE)
         run = engine.generate(prompts, 12, record_logits=True)
         assert {s.kind for s in run.steps} == {"prefill", "mixed", "decode"} and all(s.graph for s in run.steps)
         count, reserved = engine.graph_stats()
@@ -199,12 +215,12 @@ class TestPiecewiseGraphsOnTheGPU:
         kernel = get_backend(backend)
         monkeypatch.setattr(kernel, "graph_replay", "decode-only")  # FlashInfer's own value; FA2/FA3 made to say it
         engines, prompts = self._setup(8)
-        eager = engines.engine(backend, strategy, "none").generate(prompts, 12, record_logits=True)
-        engine = engines.engine(backend, strategy, "full")
-        assert engine.full is None and engine.piecewise is not None and engine.graphs
+        eager = engines.engine(backend, strategy, GraphMode.NONE).generate(prompts, 12, record_logits=True)
+        engine = engines.engine(backend, strategy, GraphMode.FULL)
+        assert engine.full is None and engine.piecewise is not None and engine.decode is not None
         run = engine.generate(prompts, 12, record_logits=True)
         assert all(s.graph for s in run.steps) and engine.piecewise.graphs
-        assert engine.graph_stats()[0] == len(engine.graphs) + engine.piecewise.num_graphs
+        assert engine.graph_stats()[0] == engine.decode.num_graphs + engine.piecewise.num_graphs
         result = compare_generations(eager.tokens, eager.logits, run.tokens, run.logits)
         assert result.verdict in ("match", "near-tie"), result
 

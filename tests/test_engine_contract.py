@@ -22,7 +22,7 @@ TINY = ModelArgs.from_name("tiny")
 def test_an_engine_plans_once_per_step_not_per_layer(monkeypatch, strategy, chunk_size):
     model = random_model(TINY, torch.bfloat16, "cpu", seed=3)
     engine = ModelEngines(model, max_num_seqs=3, max_model_len=64, chunk_size=chunk_size).engine(
-        "reference", strategy, False)
+        "reference", strategy)
     plans = []
     real = ReferenceBackend.plan  # patched on the class: the registry's instance is shared by every test
     monkeypatch.setattr(ReferenceBackend, "plan", lambda self, *a: plans.append(a) or real(self, *a))
@@ -37,7 +37,7 @@ def test_an_eager_step_forward_reads_nothing_back_to_the_host(strategy):
     """A whole model step through the bound plan, every layer, under the guard (chunked: mixed)."""
     model = random_model(TINY, torch.bfloat16, "cpu", seed=4)
     engine: Engine = ModelEngines(model, max_num_seqs=2, max_model_len=64, chunk_size=12).engine(
-        "reference", strategy, False)
+        "reference", strategy)
     seqs = [Sequence(i, p, len(p), 4) for i, p in enumerate(make_prompts(2, 10, TINY.vocab_size, seed=4))]
     seqs[0].num_cached = 10  # one decode row beside a prompt chunk: a mixed step
     seqs[0].tokens.append(5)

@@ -207,8 +207,8 @@ def test_an_eager_engine_generates_what_the_reference_generates(monkeypatch, str
     monkeypatch.setitem(REGISTRY, "flashinfer", FlashInferBackend(FakeFlashInfer()))
     engines = ModelEngines(model, max_num_seqs=3, max_model_len=64)
     prompts = make_prompts(3, 20, TINY.vocab_size, seed=5)
-    ours = engines.engine("flashinfer", strategy, False).generate(prompts, 3, record_logits=True)
-    theirs = engines.engine("reference", "unified", False).generate(prompts, 3, record_logits=True)
+    ours = engines.engine("flashinfer", strategy).generate(prompts, 3, record_logits=True)
+    theirs = engines.engine("reference", "unified").generate(prompts, 3, record_logits=True)
     assert rel_l2(ours.logits, theirs.logits) < 2e-2
 
 

@@ -186,8 +186,8 @@ def test_an_engine_with_chunked_prefill_runs_two_prompt_chunks_beside_decodes(mo
     model = random_model(TINY, torch.bfloat16, "cpu", seed=5)
     engines = ModelEngines(model, max_num_seqs=3, max_model_len=64, chunk_size=16)
     prompts = make_prompts(3, 20, TINY.vocab_size, seed=5)
-    ours = engines.engine("flashinfer", "fused", False).generate(prompts, 3, record_logits=True)
-    theirs = engines.engine("reference", "unified", False).generate(prompts, 3, record_logits=True)
+    ours = engines.engine("flashinfer", "fused").generate(prompts, 3, record_logits=True)
+    theirs = engines.engine("reference", "unified").generate(prompts, 3, record_logits=True)
     assert rel_l2(ours.logits, theirs.logits) < 2e-2
     assert any(d.get("fi_pod_extra_prefills") == 1 for d in details), [d.get("fi_fused") for d in details]
     assert all(d.get("fi_pod_kv_gather", "in-launch") == "in-launch" for d in details)

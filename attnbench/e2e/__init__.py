@@ -1,1 +1,1 @@
-"""End to end: a Llama-family model, a paged-KV engine with decode CUDA graphs, its runner and agreement."""
+"""End to end: a Llama-family model, a paged-KV engine with CUDA graphs (decode, piecewise, full), its runner and agreement."""

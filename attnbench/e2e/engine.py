@@ -1,23 +1,22 @@
-"""The e2e engine: prefill/decode steps over a paged KV cache, and decode CUDA graphs.
+"""The e2e engine: prefill/decode steps over a paged KV cache, eagerly or replayed from CUDA graphs.
 
 nano-vllm's shape. `schedule` (scheduler.py) picks rows; `prepare` turns them into plain lists
-and a host block table; `load` moves them to the device once, building the strategy's metadata
-with attnbench's own builders, plans the backend's strategy once for the step and binds that plan
-for every layer; the launch it returns only computes. Per step: host time before the launch
-(schedule + prepare + load, planning included), host time to issue the launch, and device time
-(launch + greedy sampling, by CUDA events).
+and a host block table (a scheduler.Step); `load` moves them to the device once, building the
+strategy's metadata with attnbench's own builders, plans the backend's strategy once for the step
+and binds that plan for every layer; the launch it returns only computes. Per step: host time
+before the launch (schedule + prepare + load, planning included), host time to issue the launch,
+and device time (launch + greedy sampling, by CUDA events).
 
-Decode steps replay CUDA graphs, one per batch-size bucket, captured largest first in one memory
-pool on static buffers. Each bucket's metadata is built and planned once, for a decode batch at
-the engine's max_model_len (the static max_seqlen_k of KERNELS.md's recipe); its tensors are the
-buffers the live batch is copied into. Padding rows are harmless: they attend to zero keys
-(seqused_k / cache_seqlens = 0) and write their K/V into a scratch block no block table names.
-Prefill and mixed (chunked-prefill) steps run eagerly: a graph captured on a decode batch froze
-max_seqlen_q = 1 and is not valid for them (KERNELS.md, "CUDA graphs and varlen"); `graphs="full"`
-replays every step kind from graphs bucketed over tokens and sequences (graphs.py), and
-`graphs="piecewise"` every step's non-attention parts, attention eager between them (piecewise.py).
-Under tensor parallelism each rank captures its own graphs, NCCL all-reduces inside, and every
-rank replays the same bucket at the same step, since every rank runs the same schedule.
+Graphs. The engine's GraphMode (modes.py) and its backend decide, in modes.choose_graphs, which
+graphs it holds, and `load` hands each step to the graphs that replay it: decode graphs
+(decode_graphs.py) replay decode steps; full graphs (graphs.py) every step, bucketed over tokens
+and sequences; piecewise graphs (piecewise.py) every step's non-attention parts, attention eager
+between them. A graph captured on a decode batch froze max_seqlen_q = 1 and is not valid for
+prefill or mixed steps: under `decode` they run eagerly. All three are peers behind one
+interface (graphmem.CapturedGraphs: `load(step)`), and use this engine through its public
+methods only (graphmem.GraphEngine: `upload`, `copy_in`, `prepare_attention`). Under tensor
+parallelism each rank captures its own graphs, NCCL all-reduces inside, and every rank replays
+the same bucket at the same step, since every rank runs the same schedule.
 """
 
 from __future__ import annotations
@@ -31,34 +30,17 @@ from typing import Callable
 import torch
 
 from attnbench.e2e.attention import PagedAttention
-from attnbench.e2e.graphmem import CapturedGraphs, graph_mode_name
-from attnbench.e2e.graphs import CUDAGRAPH_MODES, graph_buckets
-from attnbench.e2e.piecewise import step_graphs
+from attnbench.e2e.decode_graphs import DecodeGraphs
+from attnbench.e2e.graphmem import CapturedGraphs
+from attnbench.e2e.graphs import FullGraphs
 from attnbench.e2e.model import ModelArgs, Transformer
-from attnbench.e2e.scheduler import KVCache, Sequence, schedule
+from attnbench.e2e.modes import GraphMode, choose_graphs
+from attnbench.e2e.piecewise import PiecewiseGraphs
+from attnbench.e2e.scheduler import KVCache, Sequence, Step, schedule
 from attnbench.errors import AttnbenchError
-from attnbench.kernels.backends.base import Plan
-from attnbench.kernels.metadata import SplitMetadata, VarlenMetadata, build_metadata
+from attnbench.kernels.metadata import build_metadata
 from attnbench.kernels.workload import Batch
 from attnbench.profiler import nvtx_range
-
-@dataclass
-class Step:
-    """One engine step, prepared on the host; decode rows come first, as metadata.split_batch expects."""
-
-    rows: list[tuple[Sequence, int]]
-    batch: Batch
-    input_ids: list[int]
-    positions: list[int]
-    slot_mapping: list[int]
-    block_table: torch.Tensor  # int32 [rows, max blocks], host
-    sample_rows: list[int]  # rows whose last token is sampled (prompt complete, or decode)
-    logits_indices: list[int]  # those rows' last token in the flat batch
-
-    @property
-    def kind(self) -> str:
-        decode = self.batch.num_decode_seqs
-        return "decode" if decode == self.batch.num_seqs else ("prefill" if decode == 0 else "mixed")
 
 
 @dataclass
@@ -82,34 +64,36 @@ class Generation:
 
 
 class Engine:
+    """One model, KV cache and attention backend x strategy, in one graph mode: `prepare` a step on
+    the host, `load` it (eagerly or into the graphs that replay it), launch; `generate` runs requests."""
+
     def __init__(self, model: Transformer, cache: KVCache, attn: PagedAttention, max_num_seqs: int,
-                 max_model_len: int, chunk_size: int | None = None, graphs: bool | str = False,
+                 max_model_len: int, chunk_size: int | None = None, cudagraph: GraphMode = GraphMode.NONE,
                  graph_policy: str = "safe", emulate: bool = False):
-        """graphs: False / "none" (eager), True / "decode" (decode graphs), "full" (every step), "piecewise"
-        (every step, attention eager). emulate: full and piecewise graphs on the CPU, for tests (graphs.py)."""
+        """cudagraph: the mode, as modes.choose_graphs gave it for this backend and device (a mode it
+        would not run here is refused). emulate: full and piecewise graphs on the CPU, for tests."""
         self.model, self.cache, self.attn = model, cache, attn
         self.max_num_seqs, self.max_model_len = max_num_seqs, max_model_len
         self.token_budget = chunk_size or sys.maxsize
         self.device = model.tok_embeddings.device
         self.cuda = self.device.type == "cuda"
-        self.graphs: dict[int, Callable[[], object]] = {}  # decode graphs' replays, by batch bucket
-        self.decode_graphs: CapturedGraphs | None = None  # their pool
-        mode = graph_mode_name(graphs)
-        if mode not in CUDAGRAPH_MODES:
-            raise AttnbenchError(f"CUDA graph mode {mode!r} is not built; choose from {', '.join(CUDAGRAPH_MODES)}")
-        self.full, self.piecewise = step_graphs(self, mode, graph_policy, emulate)
-        if mode == "decode" or (mode == "full" and self.full is None):  # full on a decode-only backend
-            self.capture()
+        choice = choose_graphs(attn.backend, cudagraph, "cuda" if emulate else self.device.type, max_num_seqs)
+        if choice.cudagraph != cudagraph:
+            raise AttnbenchError(f"CUDA graph mode {cudagraph} does not run here: {choice.note}")
+        self.decode = DecodeGraphs(self) if choice.decode else None
+        self.full = FullGraphs(self, graph_policy, emulate) if choice.full else None
+        self.piecewise = PiecewiseGraphs(self, emulate) if choice.piecewise else None
+
+    def _captured(self) -> list[CapturedGraphs]:
+        return [g for g in (self.decode, self.full, self.piecewise) if g is not None]
 
     def graph_stats(self) -> tuple[int, int]:
         """How many graphs this engine captured, and the device memory (bytes) their pools hold."""
-        bucketed = [g for g in (self.full, self.piecewise) if g is not None]
-        pools = [g for g in (self.decode_graphs, *bucketed) if g is not None]
-        return len(self.graphs) + sum(g.num_graphs for g in bucketed), sum(g.mem_bytes for g in pools)
+        return sum(g.num_graphs for g in self._captured()), sum(g.mem_bytes for g in self._captured())
 
     def capture_s(self) -> float:
-        """Seconds spent capturing bucketed graphs so far (on first use, inside steps)."""
-        return sum(g.capture_s for g in (self.full, self.piecewise) if g is not None)
+        """Seconds spent capturing graphs so far (full and piecewise: on first use, inside steps)."""
+        return sum(g.capture_s for g in self._captured())
 
     # --- host side ---------------------------------------------------------------------------
 
@@ -134,93 +118,38 @@ class Engine:
         return Step(rows, Batch(tuple(q_lens), tuple(kv_lens), tuple(decode)), ids, positions, slots,
                     table, sample_rows, logits_indices)
 
-    def _upload(self, values, dtype: torch.dtype) -> torch.Tensor:
+    def upload(self, values: list[int], dtype: torch.dtype) -> torch.Tensor:
+        """values on the device, through pinned memory, not waited for."""
         host = torch.tensor(values, dtype=dtype, pin_memory=self.cuda)
         return host.to(self.device, non_blocking=True)
 
-    def _copy_in(self, buffer: torch.Tensor, values: list[int]) -> None:
+    def copy_in(self, buffer: torch.Tensor, values: list[int]) -> None:
+        """values into a static buffer (a graph's input), not waited for."""
         buffer.copy_(torch.tensor(values, dtype=buffer.dtype, pin_memory=self.cuda), non_blocking=True)
+
+    def prepare_attention(self, step: Step) -> None:
+        """The step's own metadata on the device, planned once and bound for every layer with its slots."""
+        metadata = build_metadata(self.attn.strategy, step.batch, step.block_table).to(self.device)
+        self.attn.bind(self.attn.plan(metadata), self.upload(step.slot_mapping, torch.long))
+
+    def graphs_for(self, step: Step) -> CapturedGraphs | None:
+        """The graphs that replay this step (None: it runs eagerly). Full graphs replay every step;
+        decode graphs the decode steps; piecewise graphs the steps left (all of them under piecewise)."""
+        if self.full is not None:
+            return self.full
+        if step.kind == "decode" and self.decode is not None:
+            return self.decode
+        return self.piecewise
 
     def load(self, step: Step) -> Callable[[], torch.Tensor]:
         """Move the step to the device; return the launch (eager forward or graph replay)."""
-        if self.full is not None:
-            return self.full.load(step)
-        if step.kind == "decode" and self.graphs:
-            return self._load_graph(step)
-        if self.piecewise is not None:  # piecewise, or full's prefill/mixed steps on a decode-only backend
-            return self.piecewise.load(step)
-        metadata = build_metadata(self.attn.strategy, step.batch, step.block_table).to(self.device)
-        self.attn.bind(self.attn.plan(metadata), self._upload(step.slot_mapping, torch.long))
-        ids, pos = self._upload(step.input_ids, torch.long), self._upload(step.positions, torch.long)
-        indices = self._upload(step.logits_indices, torch.long)
+        graphs = self.graphs_for(step)
+        if graphs is not None:
+            return graphs.load(step)
+        self.prepare_attention(step)
+        ids, pos = self.upload(step.input_ids, torch.long), self.upload(step.positions, torch.long)
+        indices = self.upload(step.logits_indices, torch.long)
         return lambda: self.model(ids, pos, self.attn, indices)
-
-    # --- decode graphs -----------------------------------------------------------------------
-
-    def _static_metadata(self, bucket: int) -> VarlenMetadata | SplitMetadata:
-        """The strategy's metadata for a decode batch at max_model_len: its tensors become buffers."""
-        blocks = math.ceil(self.max_model_len / self.cache.block_size)
-        batch = Batch((1,) * bucket, (self.max_model_len,) * bucket, (True,) * bucket)
-        table = torch.zeros((bucket, blocks), dtype=torch.int32)
-        return build_metadata(self.attn.strategy, batch, table).to(self.device)
-
-    @staticmethod
-    def _kv_buffers(md: VarlenMetadata | SplitMetadata) -> tuple[torch.Tensor, torch.Tensor]:
-        if isinstance(md, VarlenMetadata):
-            return md.seqused_k, md.block_table
-        return md.decode.cache_seqlens, md.decode.block_table
-
-    @torch.inference_mode()
-    def capture(self) -> None:
-        self.decode_graphs = CapturedGraphs(self)  # refuses without CUDA
-        n = self.max_num_seqs
-        self.buckets = graph_buckets(n)
-        self.static_ids = torch.zeros(n, dtype=torch.long, device=self.device)
-        self.static_pos = torch.zeros(n, dtype=torch.long, device=self.device)
-        self.static_slots = torch.full((n,), self.cache.scratch_slot, dtype=torch.long, device=self.device)
-        self.static_logits = torch.empty((n, self.model.args.vocab_size), dtype=self.model.tok_embeddings.dtype,
-                                         device=self.device)
-        self.static_md: dict[int, VarlenMetadata | SplitMetadata] = {}
-        self.graph_plans: dict[int, Plan] = {}  # kept alive with their graphs
-        forwards = []
-        for bucket in reversed(self.buckets):
-            md = self.static_md[bucket] = self._static_metadata(bucket)
-            self._kv_buffers(md)[0].zero_()  # capture on padding rows only: nothing read or kept
-            plan = self.graph_plans[bucket] = self.attn.plan(md)  # planned once, outside the capture
-            forwards.append(self._decode_forward(bucket, plan))
-        self.graphs = dict(zip(reversed(self.buckets), self.decode_graphs.capture_all(forwards)))
-
-    def _decode_forward(self, bucket: int, plan: Plan) -> Callable[[], None]:
-        """One decode bucket's step on the static buffers, its plan bound (host only) first."""
-        args, slots = (self.static_ids[:bucket], self.static_pos[:bucket], self.attn), self.static_slots[:bucket]
-
-        def forward() -> None:
-            self.attn.bind(plan, slots)  # the capture batch's rows are all padding: K/V go to the scratch slot
-            self.static_logits[:bucket] = self.model(*args)
-        return forward
-
-    def _load_graph(self, step: Step) -> Callable[[], torch.Tensor]:
-        n = len(step.rows)
-        bucket = next(b for b in self.buckets if b >= n)
-        pad = bucket - n
-        kv_lens, table = self._kv_buffers(self.static_md[bucket])
-        self._copy_in(self.static_ids[:bucket], step.input_ids + [0] * pad)
-        self._copy_in(self.static_pos[:bucket], step.positions + [0] * pad)
-        self._copy_in(self.static_slots[:bucket], step.slot_mapping + [self.cache.scratch_slot] * pad)
-        self._copy_in(kv_lens, list(step.batch.kv_lens) + [0] * pad)
-        table[:n, :step.block_table.shape[1]].copy_(step.block_table.pin_memory(), non_blocking=True)
-        refresh = self.graph_plans[bucket].refresh
-        if refresh is not None:  # the library re-plans this batch into the buffers the graph reads
-            host_table = torch.zeros(tuple(table.shape), dtype=torch.int32)
-            host_table[:n, :step.block_table.shape[1]] = step.block_table
-            padded = Batch((1,) * bucket, tuple(step.batch.kv_lens) + (0,) * pad, (True,) * bucket)
-            refresh(build_metadata(self.attn.strategy, padded, host_table))
-        graph, logits = self.graphs[bucket], self.static_logits[:n]
-
-        def replay() -> torch.Tensor:
-            graph()
-            return logits
-        return replay
 
     # --- a whole run -------------------------------------------------------------------------
 
@@ -245,7 +174,7 @@ class Engine:
             host_start, captured = time.perf_counter(), self.capture_s()
             step = self.prepare(schedule(seqs, self.token_budget))
             launch = self.load(step)
-            graph = self.full is not None or self.piecewise is not None or (step.kind == "decode" and bool(self.graphs))
+            graph = self.graphs_for(step) is not None
             device_start = time.perf_counter()
             capture_s = self.capture_s() - captured  # a first-use capture is not host time
             records.append(StepRecord(step.kind, len(step.rows), len(step.input_ids), graph,

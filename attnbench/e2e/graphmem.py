@@ -3,21 +3,26 @@ and how much device memory they hold: the segments of that private memory pool.
 
 Why not the change in `torch.cuda.memory_reserved` around a capture: `torch.cuda.graph` empties the
 allocator's cache on entry, and tensors freed between the two readings (the previous step's
-activations) are released with it, so the difference can be negative (-18 MB for a tiny model's
-full graphs on the H200). The allocator's snapshot names the pool that owns each segment; the
+activations) are released with it, so the difference can be negative (it was, for a tiny model's
+full graphs). The allocator's snapshot names the pool that owns each segment; the
 graphs' pool is what they keep for as long as they live. Static input and output buffers live in
 the default pool and are not counted.
 
-CapturedGraphs is what decode graphs (engine.py), full graphs (graphs.py) and piecewise graphs
-(piecewise.py) share: one pool, its bytes, warm-up then capture, and the seconds spent capturing
-(a capture made inside a step is not its host time)."""
+CapturedGraphs is what decode graphs (decode_graphs.py), full graphs (graphs.py) and piecewise
+graphs (piecewise.py) share: one pool, its bytes, warm-up then capture, the seconds spent
+capturing (a capture made inside a step is not its host time), and `load(step)`, by which the
+engine hands them a step. GraphEngine is what they use of the engine, all of it public."""
 
 from __future__ import annotations
 
-from typing import Callable
+from abc import ABC, abstractmethod
+from typing import Callable, Protocol
 
 import torch
 
+from attnbench.e2e.attention import PagedAttention
+from attnbench.e2e.model import Transformer
+from attnbench.e2e.scheduler import KVCache, Step
 from attnbench.errors import AttnbenchError
 
 
@@ -46,22 +51,49 @@ def capture(fn: Callable[[], object], pool) -> tuple[torch.cuda.CUDAGraph, objec
     return graph, pool or graph.pool()
 
 
-def graph_mode_name(graphs: bool | str) -> str:
-    """An engine's graph mode from what callers pass: False / "none", True / "decode", or a mode name."""
-    return {False: "none", True: "decode"}.get(graphs, graphs)
+class GraphEngine(Protocol):
+    """What an engine's graphs use of it (engine.Engine, which imports the graphs: they name this)."""
+
+    model: Transformer
+    cache: KVCache
+    attn: PagedAttention
+    device: torch.device
+    cuda: bool
+    max_num_seqs: int
+    max_model_len: int
+    token_budget: int  # tokens per step
+
+    def upload(self, values: list[int], dtype: torch.dtype) -> torch.Tensor:
+        """values on the device, through pinned memory, not waited for."""
+
+    def copy_in(self, buffer: torch.Tensor, values: list[int]) -> None:
+        """values into a static buffer (a prefix of one), not waited for."""
+
+    def prepare_attention(self, step: Step) -> None:
+        """The step's own metadata planned, and the plan bound with its slot mapping, for every layer."""
 
 
-class CapturedGraphs:
-    """Graphs an engine captures on first use into one private pool. `emulate` (tests on the CPU,
-    no CUDA graphs): a "replay" runs the captured function again."""
+class CapturedGraphs(ABC):
+    """Graphs an engine captures into one private pool. `emulate` (tests on the CPU, no CUDA
+    graphs): a "replay" runs the captured function again."""
 
-    def __init__(self, engine, emulate: bool = False):
+    def __init__(self, engine: GraphEngine, emulate: bool = False):
         if not engine.cuda and not emulate:
             raise AttnbenchError("CUDA graphs need a CUDA device")
         self.engine, self.emulate = engine, emulate
         self.pool = None
         self.mem_bytes = 0  # the pool's segments, after the last capture
-        self.capture_s = 0.0  # seconds spent in _capture, buffers and planning included
+        self.capture_s = 0.0  # seconds spent capturing, buffers and planning included
+
+    @property
+    @abstractmethod
+    def num_graphs(self) -> int:
+        """How many graphs are captured so far."""
+
+    @abstractmethod
+    def load(self, step: Step) -> Callable[[], torch.Tensor]:
+        """The step's inputs into the buffers of the graphs that replay it; its launch, which
+        returns the sampled rows' logits."""
 
     def capture_all(self, fns: list[Callable[[], object]]) -> list[Callable[[], object]]:
         """Each fn run once, in order (warm-up: lazy initialisation and compilation stay out of the

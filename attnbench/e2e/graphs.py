@@ -9,8 +9,8 @@ attnbench/kernels/graphsafe.py (the same pure functions `attnbench verify` check
 Buckets. A step's bucket is a graphsafe.Bucket: unified counts tokens and sequences (both rounded
 up: tokens to a power of two or the engine's largest step, sequences to nano-vllm's batch buckets),
 and a decode-only step has buckets of its own at max_seqlen_q 1 (as vLLM's uniform-decode graphs;
-with the token bucket's max_seqlen_q, FA2 leaves its grouped-query decode path: on the H200,
-llama-3-8b's decode steps took 6.8 ms against 5.6 ms);
+with the token bucket's max_seqlen_q, FA2 leaves its grouped-query decode path and its decode
+steps are slower: docs/measurements/h200.md);
 split buckets its decode part (decode sequences) and its prefill part (prefill tokens, prefill
 sequences) separately, as its two launches need, a part absent from the step being absent from
 the bucket. The static q rows are graphsafe's: split's decode rows first (the decode bucket's
@@ -30,8 +30,8 @@ first needed the bucket, later batches copied in as they come: the seed's bug, f
 `--graph-policy naive`; the agreement check is expected to call it MISMATCH.
 
 A backend whose `graph_replay` is "decode-only" (FlashInfer) replays no graph of this module:
-under `full` its decode steps replay the engine's decode graphs and its prefill and mixed steps
-run piecewise (piecewise.py, step_graphs), and its rows' graph_note says so.
+under `full` its decode steps replay decode graphs (decode_graphs.py) and its prefill and mixed
+steps run piecewise (piecewise.py), and its rows' graph_note says so (modes.choose_graphs).
 """
 
 from __future__ import annotations
@@ -43,79 +43,25 @@ from typing import Callable
 
 import torch
 
-from attnbench.e2e.graphmem import CapturedGraphs
+from attnbench.e2e.graphmem import CapturedGraphs, GraphEngine
+from attnbench.e2e.modes import GraphMode, cudagraph_of, graph_buckets
+from attnbench.e2e.scheduler import Step
 from attnbench.errors import AttnbenchError, UsageError
-from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.backends.base import Plan
 from attnbench.kernels.graphsafe import (POLICIES, Bucket, Buffers, Metadata, plan_metadata, real_rows,
                                          static_buffers, write_batch)
 from attnbench.kernels.metadata import build_metadata
 from attnbench.kernels.workload import Batch
 
-CUDAGRAPH_MODES = ("none", "decode", "piecewise", "full")
-DEFAULT_CUDAGRAPH = "full"  # decode until full was run on the H200 (issue 11); runs from before record decode
-GRAPH_NOTE = "decode steps replay CUDA graphs (buckets {buckets}); prefill and mixed steps run eagerly"
-FULL_NOTE = "every step replays a CUDA graph ({policy} policy; buckets over tokens and sequences, captured on first use)"
-DECODE_ONLY_NOTE = ("decode steps replay decode CUDA graphs (buckets {buckets}); prefill and mixed steps run piecewise "
-                    "(attention eager, {segments} graphs per token bucket): the {backend} backend's captured graphs "
-                    "replay on pure-decode batches only (graph_replay); --graph-policy does not apply")
-NO_REPLAY_NOTE = (": the {backend} backend's captured graphs replay only the batch they were captured on "
-                  "(graph_replay='none')")
-PIECEWISE_NOTE = ("every step replays piecewise CUDA graphs (all but attention, {segments} per token bucket, captured "
-                  "on first use); attention runs eagerly between them on the step's real tokens")
-
-
-def graph_buckets(max_num_seqs: int) -> list[int]:
-    """nano-vllm's batch buckets: 1, 2, 4, 8, then every 16, up to max_num_seqs (always included)."""
-    buckets = [b for b in [1, 2, 4, 8, *range(16, max_num_seqs + 1, 16)] if b <= max_num_seqs]
-    return buckets if buckets[-1] == max_num_seqs else buckets + [max_num_seqs]
-
-
 def check_cudagraph(args) -> None:
     """--cudagraph / --eager / --graph-policy of runner.E2EArgs, each refusal one line."""
-    if args.cudagraph is not None and args.cudagraph not in CUDAGRAPH_MODES:
-        raise UsageError(f"--cudagraph: unknown mode {args.cudagraph!r}; choose from {', '.join(CUDAGRAPH_MODES)}")
-    if args.eager and args.cudagraph not in (None, "none"):
+    if args.eager and args.cudagraph not in (None, GraphMode.NONE):
         raise UsageError(f"--eager is --cudagraph none: it cannot be combined with --cudagraph {args.cudagraph}")
     if args.graph_policy not in POLICIES:
         raise UsageError(f"--graph-policy: unknown policy {args.graph_policy!r}; choose from {', '.join(POLICIES)}")
-    if args.graph_policy != "safe" and cudagraph_of(args) != "full":
+    if args.graph_policy != "safe" and cudagraph_of(args) != GraphMode.FULL:
         raise UsageError(f"--graph-policy {args.graph_policy}: only with --cudagraph full (the other modes have one "
                          "recipe)")
-
-
-def cudagraph_of(args) -> str:
-    """The requested mode: --cudagraph, or none under --eager; not given, DEFAULT_CUDAGRAPH (under
-    --tp too: each rank captures its own graphs, NCCL all-reduces inside)."""
-    if args.eager:
-        return "none"
-    return args.cudagraph or DEFAULT_CUDAGRAPH
-
-
-def graph_mode(backend: str, device: torch.device, eager: bool, max_num_seqs: int, cudagraph: str = DEFAULT_CUDAGRAPH,
-               graph_policy: str = "safe", n_layer: int = 0) -> tuple[str, str]:
-    """The CUDA graph mode a backend's rows run in (none, decode, piecewise, full) and why; a mode
-    that cannot run here falls back to none, with the reason recorded. Piecewise never captures
-    attention, so any backend runs it. n_layer: the model's layers (piecewise's note)."""
-    if eager or cudagraph == "none":
-        return "none", "eager (--eager)" if eager else "eager (--cudagraph none)"
-    if device.type != "cuda":
-        return "none", f"eager: CUDA graphs need a GPU (this run is on {device.type})"
-    segments = n_layer + 1 if n_layer else "n_layer + 1"
-    if cudagraph == "piecewise":
-        return "piecewise", PIECEWISE_NOTE.format(segments=segments)
-    kernels, buckets = get_backend(backend), ",".join(map(str, graph_buckets(max_num_seqs)))
-    if not kernels.graph_safe:
-        return "none", f"eager: the {backend} backend cannot be captured in a CUDA graph"
-    if kernels.graph_replay == "none":  # no graph of it replays another batch (base.py)
-        if cudagraph == "full":
-            return "piecewise", PIECEWISE_NOTE.format(segments=segments) + NO_REPLAY_NOTE.format(backend=backend)
-        return "none", "eager" + NO_REPLAY_NOTE.format(backend=backend)
-    if cudagraph == "full":
-        if kernels.graph_replay == "decode-only":  # piecewise.step_graphs
-            return "full", DECODE_ONLY_NOTE.format(buckets=buckets, segments=segments, backend=backend)
-        return "full", FULL_NOTE.format(policy=graph_policy)
-    return "decode", GRAPH_NOTE.format(buckets=buckets)
 
 
 def token_buckets(max_tokens: int) -> list[int]:
@@ -161,8 +107,8 @@ class PaddedStep:
     logits_indices: list[int]  # the sampled rows' static rows, padded to the bucket's sequences with 0
 
 
-def pad_step(step, buffers: Buffers, metadata: Metadata, scratch_slot: int) -> PaddedStep:
-    """`step`: an engine.Step (engine.py imports this module, so its types are not named here)."""
+def pad_step(step: Step, buffers: Buffers, metadata: Metadata, scratch_slot: int) -> PaddedStep:
+    """The step's rows at the static rows write_batch gave them; padding rows everywhere else."""
     rows = real_rows(buffers, metadata).tolist()
     n = buffers.num_rows
     ids, positions, slots = [0] * n, [0] * n, [scratch_slot] * n
@@ -187,10 +133,9 @@ class _Graph:
 class FullGraphs(CapturedGraphs):
     """One engine's full-step graphs, by bucket. `emulate` (tests on the CPU, no CUDA graphs): a
     "replay" re-runs the forward on the static buffers with the plan made at capture, which models
-    a replay for backends whose launches read the metadata tensors when they run. `engine`: the
-    engine.Engine that owns them (engine.py imports this module, so its types are not named here)."""
+    a replay for backends whose launches read the metadata tensors when they run."""
 
-    def __init__(self, engine, policy: str = "safe", emulate: bool = False):
+    def __init__(self, engine: GraphEngine, policy: str = "safe", emulate: bool = False):
         if policy not in POLICIES:
             raise AttnbenchError(f"unknown graph policy {policy!r}; choose from {', '.join(POLICIES)}")
         super().__init__(engine, emulate)
@@ -204,11 +149,11 @@ class FullGraphs(CapturedGraphs):
     def num_graphs(self) -> int:
         return len(self.graphs)
 
-    def bucket(self, step) -> Bucket:
+    def bucket(self, step: Step) -> Bucket:
         return full_bucket(self.engine.attn.strategy, step.batch, self.seq_buckets, self.tok_buckets,
                            self.max_blocks, self.engine.cache.block_size)
 
-    def load(self, step) -> Callable[[], torch.Tensor]:
+    def load(self, step: Step) -> Callable[[], torch.Tensor]:
         e = self.engine
         metadata = build_metadata(e.attn.strategy, step.batch, step.block_table)
         bucket = self.bucket(step)
@@ -219,7 +164,7 @@ class FullGraphs(CapturedGraphs):
         padded = pad_step(step, g.buffers, metadata, e.cache.scratch_slot)
         for buffer, values in ((g.input_ids, padded.input_ids), (g.positions, padded.positions),
                                (g.slot_mapping, padded.slot_mapping), (g.logits_indices, padded.logits_indices)):
-            e._copy_in(buffer, values)
+            e.copy_in(buffer, values)
         logits = g.logits[:len(step.logits_indices)]
 
         def replay() -> torch.Tensor:

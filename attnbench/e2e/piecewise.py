@@ -8,7 +8,7 @@ the GEMMs, norms, RoPE, SwiGLU and LM head replay from graphs bucketed by token 
 attention call runs eagerly in between with the step's own metadata and plan. This is that mode
 (`--cudagraph piecewise`), and what `full` runs the prefill and mixed steps of a backend whose
 `graph_replay` is "decode-only" with, its decode steps replaying decode graphs (vLLM's
-FULL_AND_PIECEWISE; step_graphs).
+FULL_AND_PIECEWISE; modes.choose_graphs).
 
 Segments. Per token bucket, n_layer + 1 graphs on static buffers: embedding, RoPE cos/sin and
 layer 0's q/k/v; then, per layer i >= 1, layer i-1's output projection, residual and MLP followed
@@ -42,9 +42,9 @@ from typing import Callable
 
 import torch
 
-from attnbench.e2e.graphmem import CapturedGraphs
-from attnbench.e2e.graphs import FullGraphs, round_up, token_buckets
-from attnbench.kernels.metadata import build_metadata
+from attnbench.e2e.graphmem import CapturedGraphs, GraphEngine
+from attnbench.e2e.graphs import round_up, token_buckets
+from attnbench.e2e.scheduler import Step
 
 
 @dataclass
@@ -65,10 +65,9 @@ class _Static:
 
 
 class PiecewiseGraphs(CapturedGraphs):
-    """One engine's piecewise graphs, by token bucket. `engine`: the engine.Engine that owns them
-    (engine.py imports this module, so its types are not named here)."""
+    """One engine's piecewise graphs, by token bucket, captured on first use."""
 
-    def __init__(self, engine, emulate: bool = False):
+    def __init__(self, engine: GraphEngine, emulate: bool = False):
         super().__init__(engine, emulate)
         self.tok_buckets = token_buckets(min(engine.token_budget, engine.max_num_seqs * engine.max_model_len))
         self.graphs: dict[int, tuple[_Static, list[Callable[[], None]]]] = {}  # bucket -> buffers, segment replays
@@ -77,16 +76,15 @@ class PiecewiseGraphs(CapturedGraphs):
     def num_graphs(self) -> int:
         return sum(len(replays) for _, replays in self.graphs.values())
 
-    def load(self, step) -> Callable[[], torch.Tensor]:
-        """`step`: an engine.Step. Its inputs into the bucket's buffers, its plan bound; the launch."""
+    def load(self, step: Step) -> Callable[[], torch.Tensor]:
+        """The step's inputs into the bucket's buffers, its own plan bound (as eager binds it); the launch."""
         e, n, sampled = self.engine, len(step.input_ids), len(step.logits_indices)
         tokens = round_up(n, self.tok_buckets)
         s, replays = self.graphs.get(tokens) or self._capture(tokens)
-        metadata = build_metadata(e.attn.strategy, step.batch, step.block_table).to(e.device)
-        e.attn.bind(e.attn.plan(metadata), e._upload(step.slot_mapping, torch.long))
-        e._copy_in(s.input_ids, step.input_ids + [0] * (tokens - n))
-        e._copy_in(s.positions, step.positions + [0] * (tokens - n))
-        e._copy_in(s.logits_indices, step.logits_indices + [0] * (s.logits_indices.shape[0] - sampled))
+        e.prepare_attention(step)
+        e.copy_in(s.input_ids, step.input_ids + [0] * (tokens - n))
+        e.copy_in(s.positions, step.positions + [0] * (tokens - n))
+        e.copy_in(s.logits_indices, step.logits_indices + [0] * (s.logits_indices.shape[0] - sampled))
         q, k, v, out = s.q[:n], s.k[:n], s.v[:n], s.attn_out[:n]
         logits, attn = s.logits[:sampled], e.attn
 
@@ -145,15 +143,3 @@ class PiecewiseGraphs(CapturedGraphs):
         self.graphs[tokens] = s, self.capture_all(self._segments(s))
         self.capture_s += time.perf_counter() - start
         return self.graphs[tokens]
-
-
-def step_graphs(engine, mode: str, policy: str = "safe",
-                emulate: bool = False) -> tuple[FullGraphs | None, PiecewiseGraphs | None]:
-    """The bucketed graphs an engine in `mode` replays: full, or piecewise. Under full, a backend
-    whose captured graphs replay on pure-decode batches only (graph_replay "decode-only":
-    FlashInfer) gets none of full's: its decode steps replay the engine's decode graphs (the
-    single-token decode batches its graph-mode plans are made for) and its prefill and mixed
-    steps run piecewise, as vLLM's FULL_AND_PIECEWISE mode does."""
-    decode_only = mode == "full" and engine.attn.backend.graph_replay == "decode-only"
-    full = FullGraphs(engine, policy, emulate) if mode == "full" and not decode_only else None
-    return full, (PiecewiseGraphs(engine, emulate) if mode == "piecewise" or decode_only else None)

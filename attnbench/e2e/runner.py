@@ -19,9 +19,9 @@ import torch
 from attnbench.e2e.attention import PagedAttention
 from attnbench.e2e.checkpoint import load_hf_checkpoint, read_hf_config
 from attnbench.e2e.engine import Engine
-from attnbench.e2e.graphmem import graph_mode_name
 from attnbench.e2e.graphs import check_cudagraph
 from attnbench.e2e.model import PRESETS, ModelArgs, Transformer, fused, random_model
+from attnbench.e2e.modes import GraphChoice, GraphMode
 from attnbench.e2e.parallel import MAX_TP, SINGLE, TensorParallel, all_reduce_outputs_, random_rank_model
 from attnbench.e2e.agreement import FAILING, compare_generations, run_metrics, worst
 from attnbench.e2e.rows import E2E_POINT, E2EHead, E2EMeasures
@@ -57,7 +57,7 @@ class E2EArgs:
     strategies: list[str] = DEFAULT_STRATEGIES
     backends: list[str] | None = None
     eager: bool = False  # the same as cudagraph="none"
-    cudagraph: str | None = None  # --cudagraph none|decode|piecewise|full; None: graphs.DEFAULT_CUDAGRAPH
+    cudagraph: GraphMode | None = None  # --cudagraph none|decode|piecewise|full; None: modes.DEFAULT_MODE
     graph_policy: str = "safe"  # --graph-policy: how full graphs take metadata (graphsafe.POLICIES)
     dtype: str = "bf16"
     block_size: int = 16
@@ -72,6 +72,9 @@ class E2EArgs:
     isolate: bool = False  # --isolate: each point in a worker process with a watchdog (attnbench.workers)
     point_timeout: float | None = None  # --point-timeout S (default: 600 on a GPU, 120 on the CPU)
     tp: int = 1  # --tp N: tensor-parallel ranks, one process each under torchrun (attnbench.e2e.parallel)
+
+    def __post_init__(self):
+        self.cudagraph = GraphMode.parse(self.cudagraph)  # the command line's text, or a scenario's
 
 
 def length_pairs(args: E2EArgs) -> list[tuple[int, int]]:
@@ -170,7 +173,7 @@ def attention_point(args: ModelArgs, dtype: str, block_size: int) -> SweepPoint:
 
 
 class ModelEngines:
-    """The model, the KV cache and one engine per (backend, strategy, graph mode), made on first use."""
+    """The model, the KV cache and one engine per (backend, strategy, GraphMode, policy), made on first use."""
 
     def __init__(self, model: Transformer, max_num_seqs: int, max_model_len: int, block_size: int = 16,
                  chunk_size: int | None = None, seed: int = 0):
@@ -179,17 +182,16 @@ class ModelEngines:
         self.point = attention_point(model.args, str(dtype).removeprefix("torch."), block_size)
         self.cache = KVCache(model.args, KVCache.blocks_for(max_num_seqs, max_model_len, block_size), block_size,
                              dtype, model.tok_embeddings.device, seed)
-        self.engines: dict[tuple[str, str, str, str], Engine] = {}
+        self.engines: dict[tuple[str, str, GraphMode, str], Engine] = {}
         model.setup_rope(max_model_len)
 
-    def engine(self, backend: str, strategy: str, graphs: bool | str, graph_policy: str = "safe") -> Engine:
-        """graphs: False / "none", True / "decode", "piecewise" or "full" (Engine's)."""
-        mode = graph_mode_name(graphs)
-        key = (backend, strategy, mode, graph_policy if mode == "full" else "")
+    def engine(self, backend: str, strategy: str, cudagraph: GraphMode = GraphMode.NONE,
+               graph_policy: str = "safe") -> Engine:
+        key = (backend, strategy, cudagraph, graph_policy if cudagraph == GraphMode.FULL else "")
         if key not in self.engines:
             attn = PagedAttention(get_backend(backend), strategy, self.point, self.cache.k, self.cache.v)
             self.engines[key] = Engine(self.model, self.cache, attn, self.max_num_seqs, self.max_model_len,
-                                       self.chunk_size, mode, graph_policy)
+                                       self.chunk_size, cudagraph, graph_policy)
         return self.engines[key]
 
 
@@ -222,35 +224,38 @@ class ModelSpec:
         return ModelEngines(model, self.max_num_seqs, self.max_model_len, self.block_size, self.chunk_size, self.seed)
 
 
-def row_head(fields: dict, backend: str, strategy: str, plan: tuple[str, str], graph_policy: str = "safe") -> dict:
+def row_head(fields: dict, backend: str, strategy: str, choice: GraphChoice, graph_policy: str = "safe") -> dict:
     """A row's point, backend, library, strategy and mode: what it is, before what it measured."""
     package, version = get_backend(backend).library()
-    cudagraph, note = plan
-    return {**fields, **cells(E2EHead(backend, package, version, strategy, "eager" if cudagraph == "none" else "graph",
-                                      cudagraph, graph_policy if cudagraph == "full" else "", note))}
+    cudagraph = choice.cudagraph
+    return {**fields, **cells(E2EHead(backend, package, version, strategy,
+                                      "eager" if cudagraph == GraphMode.NONE else "graph", cudagraph.value,
+                                      graph_policy if cudagraph == GraphMode.FULL else "", choice.note))}
 
 
-def failed_rows(args: E2EArgs, plans: dict, fields: dict, verdict: str, reason: str) -> list[dict]:
+def failed_rows(args: E2EArgs, choices: dict[str, GraphChoice], fields: dict, verdict: str, reason: str) -> list[dict]:
     """The rows of a point lost as a whole (its worker timed out or crashed): one per backend x strategy."""
-    return [{**row_head(fields, backend, strategy, plan, args.graph_policy),
+    return [{**row_head(fields, backend, strategy, choice, args.graph_policy),
              **cells(E2EMeasures(verdict=verdict, reason=reason, agreement=""))}
-            for backend, plan in plans.items() for strategy in args.strategies]
+            for backend, choice in choices.items() for strategy in args.strategies]
 
 
-def run_point(engines: ModelEngines, args: E2EArgs, plans: dict, fields: dict, profile_out: Path | None = None,
+def run_point(engines: ModelEngines, args: E2EArgs, choices: dict[str, GraphChoice], fields: dict,
+              profile_out: Path | None = None,
               on_row: Callable[[dict], None] = lambda row: None) -> tuple[list[dict], list[dict]]:
     """Every backend x strategy on one point; then the agreement of their check runs. `on_row` sees
-    each row as it is measured (a worker's sign of life), before agreement settles its verdict."""
+    each row as it is measured (a worker's sign of life), before agreement settles its verdict.
+    choices: each backend's modes.choose_graphs answer."""
     prompts = make_prompts(fields["batch_size"], fields["input_len"], engines.model.args.vocab_size, args.seed)
     output_len = fields["output_len"]
     rows, checks, agreements = [], {}, []
-    for backend, (cudagraph, note) in plans.items():
-        graphs = cudagraph != "none"
+    for backend, choice in choices.items():
+        graphs = choice.cudagraph != GraphMode.NONE
         mode = "graph" if graphs else "eager"
         for strategy in args.strategies:
-            row = row_head(fields, backend, strategy, (cudagraph, note), args.graph_policy)
+            row = row_head(fields, backend, strategy, choice, args.graph_policy)
             try:
-                engine = engines.engine(backend, strategy, cudagraph, args.graph_policy)
+                engine = engines.engine(backend, strategy, choice.cudagraph, args.graph_policy)
                 check = checks[(backend, strategy, mode)] = engine.generate(prompts, output_len, record_logits=True)
                 count, reserved = engine.graph_stats()  # full/piecewise graphs are captured on first use: by the check run
                 row.update(graphs=count, graph_mem_mb=round(reserved / 2**20, 1))
@@ -263,7 +268,7 @@ def run_point(engines: ModelEngines, args: E2EArgs, plans: dict, fields: dict, p
                            finite=bool(torch.isfinite(check.logits).all()),
                            repeatable=all(g.tokens == check.tokens for g in measured), verdict="pass", reason="")
                 if graphs:  # the same strategy without graphs, for the graph-vs-eager check only
-                    checks[(backend, strategy, "eager")] = engines.engine(backend, strategy, False).generate(
+                    checks[(backend, strategy, "eager")] = engines.engine(backend, strategy, GraphMode.NONE).generate(
                         prompts, output_len, record_logits=True)
             except Exception as exc:  # one failed row must not lose the others
                 row.update(verdict=failure_verdict(exc), reason=error_reason(exc))

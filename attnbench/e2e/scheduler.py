@@ -3,6 +3,8 @@
 nano-vllm's `Sequence`, `Scheduler` and `BlockManager` in their plainest form: `schedule` picks
 rows (decode rows first, one token each, then prompt chunks within the token budget) and
 `KVCache` hands out blocks in a seeded shuffled order, so pages are scattered as in a long run.
+`Step` is what the engine's `prepare` makes of a schedule: the rows as plain lists and a host block
+table, which the engine's eager path and its graphs (decode, full, piecewise) each load.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 
 from attnbench.e2e.model import ModelArgs
 from attnbench.errors import AttnbenchError
+from attnbench.kernels.workload import Batch
 
 
 def make_prompts(batch_size: int, input_len: int, vocab_size: int, seed: int = 0) -> list[list[int]]:
@@ -91,3 +94,22 @@ class KVCache:
     def release(self, seq: Sequence) -> None:
         self.free += seq.block_table
         seq.block_table = []
+
+
+@dataclass
+class Step:
+    """One engine step, prepared on the host; decode rows come first, as metadata.split_batch expects."""
+
+    rows: list[tuple[Sequence, int]]
+    batch: Batch
+    input_ids: list[int]
+    positions: list[int]
+    slot_mapping: list[int]
+    block_table: torch.Tensor  # int32 [rows, max blocks], host
+    sample_rows: list[int]  # rows whose last token is sampled (prompt complete, or decode)
+    logits_indices: list[int]  # those rows' last token in the flat batch
+
+    @property
+    def kind(self) -> str:
+        decode = self.batch.num_decode_seqs
+        return "decode" if decode == self.batch.num_seqs else ("prefill" if decode == 0 else "mixed")

@@ -19,16 +19,17 @@ from pathlib import Path
 import torch
 
 from attnbench.e2e.model import ModelArgs
+from attnbench.e2e.modes import GraphMode
 from attnbench.e2e.parallel import SINGLE, TensorParallel, agree, same_on_every_rank
 from attnbench.e2e.agreement import Agreement, compare_generations
 from attnbench.e2e.runner import ModelSpec
 from attnbench.e2e.scheduler import make_prompts
 
 
-def generate(spec: ModelSpec, backend: str, strategy: str, graphs: bool, prompts: list[list[int]],
+def generate(spec: ModelSpec, backend: str, strategy: str, cudagraph: GraphMode, prompts: list[list[int]],
              output_len: int) -> tuple[list[list[int]], torch.Tensor]:
     """Greedy tokens and their logits (on the host) of one run on the model `spec` builds."""
-    engine = spec.build().engine(backend, strategy, graphs)
+    engine = spec.build().engine(backend, strategy, cudagraph)
     run = engine.generate(prompts, output_len, record_logits=True)
     result = run.tokens, run.logits.cpu()
     del engine, run
@@ -39,13 +40,13 @@ def generate(spec: ModelSpec, backend: str, strategy: str, graphs: bool, prompts
 
 
 def tp_agreement(args: ModelArgs, checkpoint: Path | None, tp: TensorParallel, device: torch.device, dtype: str,
-                 backend: str, strategy: str, graphs: bool, batch_size: int, input_len: int, output_len: int,
+                 backend: str, strategy: str, cudagraph: GraphMode, batch_size: int, input_len: int, output_len: int,
                  seed: int = 0) -> Agreement | None:
     """The TP-N run compared with the TP-1 run (on rank 0; None on the other ranks)."""
     prompts = make_prompts(batch_size, input_len, args.vocab_size, seed)
     spec = ModelSpec(args, checkpoint, dtype, device, seed, batch_size, input_len + output_len, 16, None, SINGLE)
-    single = agree(tp, lambda: generate(spec, backend, strategy, graphs, prompts, output_len) if tp.leader else None)
+    single = agree(tp, lambda: generate(spec, backend, strategy, cudagraph, prompts, output_len) if tp.leader else None)
     spec = ModelSpec(args, checkpoint, dtype, device, seed, batch_size, input_len + output_len, 16, None, tp)
-    tokens, logits = agree(tp, lambda: generate(spec, backend, strategy, graphs, prompts, output_len))
+    tokens, logits = agree(tp, lambda: generate(spec, backend, strategy, cudagraph, prompts, output_len))
     same_on_every_rank(tp, tokens, "greedy tokens")
     return compare_generations(single[0], single[1], tokens, logits) if tp.leader else None

@@ -25,7 +25,7 @@ from rich.console import Console
 from attnbench.console import default_out_dir, progress
 from attnbench.device import device_name, point_timeout_s
 from attnbench.e2e.engine import estimate_bytes
-from attnbench.e2e.graphs import cudagraph_of, graph_mode
+from attnbench.e2e.modes import GraphChoice, GraphMode, choose_graphs, cudagraph_of
 from attnbench.e2e.model import ModelArgs, fused
 from attnbench.e2e.parallel import TensorParallel, agree, check_tp, describe, from_leader, rank_args, tensor_parallel
 from attnbench.e2e.runner import (
@@ -80,18 +80,19 @@ def fused_status(rows: list[dict]) -> str:
 
 
 @contextmanager
-def in_process(spec: ModelSpec, args: E2EArgs, plans: dict, profile_out: Path | None) -> Iterator[Measure]:
+def in_process(spec: ModelSpec, args: E2EArgs, choices: dict[str, GraphChoice],
+               profile_out: Path | None) -> Iterator[Measure]:
     """Points measured in this process, on one model (this rank's shard of it) built here."""
     engines = agree(spec.tp, spec.build)
-    yield lambda fields: run_point(engines, args, plans, fields, profile_out)
+    yield lambda fields: run_point(engines, args, choices, fields, profile_out)
 
 
-def measurer(spec: ModelSpec, args: E2EArgs, plans: dict, profile_out: Path | None,
+def measurer(spec: ModelSpec, args: E2EArgs, choices: dict[str, GraphChoice], profile_out: Path | None,
              timeout: float | None) -> ContextManager[Measure]:
     """How each point is measured: here, or in a worker process under a watchdog (--isolate)."""
     if args.isolate:
-        return isolated_points(spec, args, plans, profile_out, timeout)
-    return in_process(spec, args, plans, profile_out)
+        return isolated_points(spec, args, choices, profile_out, timeout)
+    return in_process(spec, args, choices, profile_out)
 
 
 def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
@@ -118,7 +119,7 @@ class Setup:
     max_model_len: int
     point: SweepPoint  # one rank's attention point
     backends: list[str]
-    plans: dict  # backend -> (graph mode, note)
+    choices: dict[str, GraphChoice]  # backend -> what runs under the graph mode, and why
     parts: dict[str, int]  # memory estimate
 
     @property
@@ -147,15 +148,17 @@ def check_setup(args: E2EArgs, margs: ModelArgs, path: Path | None, pairs: list[
             if reason:
                 raise UsageError(reason if reason.startswith("--") else f"--backend: {b} cannot run {margs.name} here: {reason}")
     max_bs = max(args.batch_sizes)
-    plans = {b: graph_mode(b, device, args.eager, max_bs, cudagraph_of(args), args.graph_policy, margs.n_layer)
-             for b in backends}
-    runs_at_once = len(backends) * len(args.strategies) * (2 if any(g != "none" for g, _ in plans.values()) else 1)
+    none_by = "--eager" if args.eager else "--cudagraph none"
+    choices = {b: choose_graphs(get_backend(b), cudagraph_of(args), device.type, max_bs, margs.n_layer,
+                                args.graph_policy, none_by) for b in backends}
+    runs_at_once = len(backends) * len(args.strategies) * (2 if any(c.cudagraph != GraphMode.NONE
+                                                                     for c in choices.values()) else 1)
     elt = torch.empty((), dtype=torch_dtype(dtype_name)).element_size()
     parts = estimate_bytes(rank_args(margs, tp.size), elt, max_bs, max_model_len, args.block_size,
                            args.chunk_size or max(b * i for b in args.batch_sizes for i, _ in pairs),
                            max(b * o for b in args.batch_sizes for _, o in pairs) * runs_at_once)
     agree(tp, lambda: check_fits(parts, args.model, device))
-    return Setup(args, margs, path, pairs, tp, device, dtype_name, max_model_len, point, backends, plans, parts)
+    return Setup(args, margs, path, pairs, tp, device, dtype_name, max_model_len, point, backends, choices, parts)
 
 
 def run_env(setup: Setup, command: list[str]) -> dict:
@@ -168,7 +171,7 @@ def run_env(setup: Setup, command: list[str]) -> dict:
                   "max_model_len": setup.max_model_len, "warmup": args.warmup, "iters": args.iters,
                   "tp": describe(setup.tp), "attention_per_rank": {k: getattr(setup.point, k) for k in PER_RANK},
                   "memory_estimate_gib": {k: round(v / GiB, 3) for k, v in setup.parts.items()},
-                  "graphs": {b: note for b, (_, note) in setup.plans.items()}, "cudagraph": cudagraph_of(args),
+                  "graphs": {b: c.note for b, c in setup.choices.items()}, "cudagraph": cudagraph_of(args).value,
                   "graph_policy": args.graph_policy,
                   "point_timeout_s": float(point_timeout_s(args.point_timeout, setup.device)) if args.isolate else None}
     return env
@@ -239,7 +242,7 @@ def measure_points(setup: Setup, run: RunDir, env: dict, rows: list[dict], agree
         task = bar.add_task("e2e", total=len(points))
         try:
             # the model is built only now: a refused --out or --resume costs no weights
-            with signals_raise(), measurer(spec, args, setup.plans, run.path if args.profile else None,
+            with signals_raise(), measurer(spec, args, setup.choices, run.path if args.profile else None,
                                            env["e2e"]["point_timeout_s"]) as measure:
                 for input_len, output_len, batch_size in points:
                     bar.update(task, description=f"in {input_len} / out {output_len} / batch {batch_size}")
