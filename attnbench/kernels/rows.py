@@ -13,6 +13,7 @@ written): `cells` turns the dataclasses into that dict at the edge.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import ClassVar
 
 from attnbench.kernels.workload import KEY, LABEL, Batch, SweepPoint
 
@@ -52,6 +53,8 @@ class RunColumns:
 class Measurement:
     """What a row measured and concluded; None is a column the row leaves blank (a skip, an error)."""
 
+    sparse: ClassVar[bool] = True  # a None field is one the row leaves as it is (cells)
+
     median_ms: float | None = None
     p10_ms: float | None = None
     p90_ms: float | None = None
@@ -83,6 +86,8 @@ class Measurement:
 class Clocks:
     """The GPU while the row was timed (results/telemetry.py samples it)."""
 
+    sparse: ClassVar[bool] = True  # a None field is one the row leaves as it is (cells)
+
     sm_clock_min_mhz: float | None = None
     sm_clock_median_mhz: float | None = None
     mem_clock_median_mhz: float | None = None
@@ -95,6 +100,8 @@ class Clocks:
 @dataclass(frozen=True)
 class RawCells:
     """Long text cells, last: what the library chose (`key=value` pairs) and every sample."""
+
+    sparse: ClassVar[bool] = True  # a None field is one the row leaves as it is (cells)
 
     details: str | None = None
     samples_ms: str | None = None
@@ -109,7 +116,8 @@ def names(*parts: type) -> list[str]:
 
 
 def cells(*parts) -> dict:
-    """Row dataclasses -> one row dict, column -> value; a None Measurement, Clocks or RawCells
-    field is left out (the row does not fill it), so a dict it updates keeps what it had."""
+    """Row dataclasses -> one row dict, column -> value; a None field of a `sparse` part
+    (Measurement, Clocks, RawCells, the e2e measures) is left out: the row does not fill it, so a dict
+    it updates keeps what it had."""
     return {f.name: getattr(part, f.name) for part in parts for f in fields(part)
-            if getattr(part, f.name) is not None or not isinstance(part, (Measurement, Clocks, RawCells))}
+            if getattr(part, f.name) is not None or not getattr(part, "sparse", False)}
