@@ -1,7 +1,7 @@
 """`attnbench run scenarios/NAME.toml`: a declarative sweep, run by the same code as its command.
 
 A kernel scenario becomes KernelArgs and goes through kernels.job.run_kernel, once per context
-length it lists; an e2e scenario calls the `attnbench e2e` command with the file's values. What
+length it lists; an e2e scenario becomes E2EArgs and runs as `attnbench e2e` runs it. What
 ran is recorded beside the results in scenario.json: the file's text, the overrides, the values.
 """
 
@@ -19,8 +19,9 @@ import typer
 from rich.console import Console
 
 from attnbench.cli.common import command_line, user_errors
-from attnbench.cli.flags import kernel_args
-from attnbench.cli.scenario import Scenario, command_callback, context_dir, load_scenario
+from attnbench.cli.e2e import start_e2e
+from attnbench.cli.flags import e2e_args, kernel_args
+from attnbench.cli.scenario import Scenario, context_dir, load_scenario
 from attnbench.console import default_out_dir, make_console
 from attnbench.device import device_name
 from attnbench.errors import Interrupted, UsageError
@@ -53,7 +54,7 @@ def run(
         if check:
             print_plan(console, sc, plan)
         elif plan is None:
-            command_callback("e2e")(**sc.values)
+            start_e2e(e2e_args(sc.values))
         else:
             run_kernel_scenario(sc, plan, console)
 

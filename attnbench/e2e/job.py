@@ -117,23 +117,23 @@ def run_ranks(args: E2EArgs, console: Console, command: list[str], margs: ModelA
                          f"{margs.max_positions} positions")
     shard = rank_args(margs, tp.size)  # what one rank holds and its attention kernel sees
     point = attention_point(shard, dtype_name, args.block_size)
-    backends = resolve_backends(args.backends, device)
+    backends = resolve_backends(args.backend, device)
     for b in backends:
-        for strategy in args.strategies:  # every backend runs every strategy: e2e rows are compared pairwise
+        for strategy in args.strategy:  # every backend runs every strategy: e2e rows are compared pairwise
             reason = get_backend(b).supports(point, strategy, device)
             if reason:
                 raise UsageError(reason if reason.startswith("--") else f"--backend: {b} cannot run {margs.name} here: {reason}")
-    max_bs = max(args.batch_sizes)
+    max_bs = max(args.batch_size)
     plans = {b: graph_mode(b, device, args.eager, max_bs, cudagraph_of(args), args.graph_policy, margs.n_layer)
              for b in backends}
-    runs_at_once = len(backends) * len(args.strategies) * (2 if any(g != "none" for g, _ in plans.values()) else 1)
+    runs_at_once = len(backends) * len(args.strategy) * (2 if any(g != "none" for g, _ in plans.values()) else 1)
     elt = torch.empty((), dtype=torch_dtype(dtype_name)).element_size()
     parts = estimate_bytes(shard, elt, max_bs, max_model_len, args.block_size,
-                           args.chunk_size or max(b * i for b in args.batch_sizes for i, _ in pairs),
-                           max(b * o for b in args.batch_sizes for _, o in pairs) * runs_at_once)
+                           args.chunk_size or max(b * i for b in args.batch_size for i, _ in pairs),
+                           max(b * o for b in args.batch_size for _, o in pairs) * runs_at_once)
     agree(tp, lambda: check_fits(parts, args.model, device))
     gpu_name = device_name(device)
-    all_points = [(i, o, b) for i, o in pairs for b in args.batch_sizes]
+    all_points = [(i, o, b) for i, o in pairs for b in args.batch_size]
 
     def open_run() -> tuple[Path, dict, list[dict], list[dict], list[tuple[int, int, int]]]:
         """Rank 0: claim and lock the directory, env.json, what an earlier run (--resume) measured."""
@@ -158,7 +158,7 @@ def run_ranks(args: E2EArgs, console: Console, command: list[str], margs: ModelA
             if old_env["e2e"].get("tp", {}).get("size", 1) != tp.size:
                 raise UsageError(f"--resume: {out_dir} was measured at --tp {old_env['e2e']['tp']['size']}")
             earlier = rundir.read_rows(out_dir)
-            done = completed(earlier, backends, args.strategies)
+            done = completed(earlier, backends, args.strategy)
             rows = [r for r in earlier if point_key(r) in done]
             agreements = [a for a in previous_agreements(out_dir) if point_key(a) in done]
             console.print(f"resuming {out_dir}: {len(done & {point_key(dict(zip(E2E_POINT, p))) for p in points})} "
@@ -176,7 +176,7 @@ def run_ranks(args: E2EArgs, console: Console, command: list[str], margs: ModelA
                 "gpu": gpu_name or "cpu", "tp": tp.size, "warmup": args.warmup, "iters": args.iters}
         on = f"{tp.size} x {gpu_name or 'cpu'} (TP {tp.size})" if tp.size > 1 else gpu_name or "cpu"
         console.print(f"{margs.name} ({margs.num_params / 1e9:.2f} B params, {dtype_name}) on {on}: "
-                      f"{len(points)} points x {len(backends)} backend(s) x {len(args.strategies)} strategies -> {out_dir}")
+                      f"{len(points)} points x {len(backends)} backend(s) x {len(args.strategy)} strategies -> {out_dir}")
         stopped = None
         finished = 0
         with progress(console) as bar:
