@@ -86,8 +86,7 @@ def resume(command: str):
 
 def profile(after: str, breakdown: str):
     return typer.Option(help=f"After {after}: traces for TensorBoard and Perfetto under <out>/profile, kernel "
-                             f"breakdown{breakdown} in "
-                             "profile_kernels.csv and profile.md. Example: --profile")
+                             f"breakdown{breakdown} in profile_kernels.csv and profile.md. Example: --profile")
 
 
 def isolate(point: str, note: str, fails: str):
