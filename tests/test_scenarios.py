@@ -169,7 +169,7 @@ def test_every_kernel_flag_is_a_key_and_reaches_kernel_args(tmp_path):
     assert args.decode_seqs == [4, 8]
     assert (args.prefill_len, args.causal, args.cold_l2, args.budget_ms, args.rel_spread, args.seed) == (
         64, False, True, 7.0, 0.02, 3)
-    assert (args.device, args.out, args.resume, args.json_rows) == ("auto", Path("somewhere"), Path("earlier"), True)
+    assert (args.device, args.out, args.resume, args.json) == ("auto", Path("somewhere"), Path("earlier"), True)
     assert (args.devices, args.shard) == ("cpu,cpu", "1/2")
     assert args.point_timeout == 30.0
     assert args.replicates == 4

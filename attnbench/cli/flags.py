@@ -31,7 +31,7 @@ COMMANDS = {"kernel": (kernel.kernel, KernelArgs), "e2e": (e2e.e2e, E2EArgs)}
 @dataclass(frozen=True)
 class Flag:
     key: str               # the long option with underscores: kv_heads, json
-    param: str             # the command function's parameter and the args field: kv_heads, json_rows
+    param: str             # the command function's parameter and the args field: kv_heads, json
     type: str              # from the annotation: text, integer, float, boolean or path
     default: object        # as the command line would give it: "unified,split" for a list flag
     negative: str | None   # --no-causal, for on/off flags that have one

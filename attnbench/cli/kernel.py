@@ -47,7 +47,7 @@ def kernel(
     seed: Annotated[int, options.seed("lengths, block tables and inputs")] = 0,
     device: options.Device = "auto",
     out: Annotated[Optional[Path], options.run_out("kernel", "runs/h200")] = None,
-    json_rows: Annotated[bool, typer.Option("--json", help="Print each row as a JSON line on stdout. Example: --json | jq .median_ms")] = False,
+    json: Annotated[bool, typer.Option("--json", help="Print each row as a JSON line on stdout. Example: --json | jq .median_ms")] = False,
     profile: Annotated[bool, options.profile("timing each row, run torch.profiler over a few more calls", "")] = False,
     force: options.Force = False,
     resume: Annotated[Optional[Path], options.resume("kernel")] = None,
@@ -64,7 +64,7 @@ def kernel(
     Example: attnbench kernel --heads 32 --dim 128
     """
     args = KernelArgs(**ctx.params)  # the flags, parsed by their declarations, under their own names
-    console = make_console(args.json_rows)
+    console = make_console(args.json)
     with user_errors(console):
         job = run_kernel_ranks if distributed.launched() else run_kernel
         job(args, console, command=command_line())

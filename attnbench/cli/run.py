@@ -49,7 +49,7 @@ def run(
     with user_errors(console, prefix=f"{scenario}: "):
         sc = load_scenario(scenario, list(ctx.args))
         confine_paths_from_file(sc, list(ctx.args))
-        console = make_console(bool(sc.values.get("json_rows")))
+        console = make_console(bool(sc.values.get("json")))
         plan = preflight(sc) if sc.command == "kernel" else None
         if check:
             print_plan(console, sc, plan)

@@ -72,7 +72,7 @@ class KernelArgs:
     seed: int = 0
     device: str = "auto"
     out: Path | None = None
-    json_rows: bool = False
+    json: bool = False  # --json: each row as a JSON line on stdout
     profile: bool = False
     force: bool = False  # --force: run into a directory that holds attnbench outputs, removing them first
     resume: Path | None = None  # --resume DIR: measure only the points DIR lacks
