@@ -22,8 +22,8 @@ from attnbench.workers.distributed import run_kernel_ranks
 
 def kernel(
     ctx: typer.Context,
-    heads: Annotated[Optional[list], typer.Option(parser=list_of(int, "--heads", optional=True), help="Query heads, a list sweeps them. Example: --heads 32 or --heads 12,32")] = None,
-    dim: Annotated[Optional[list], typer.Option(parser=list_of(int, "--dim", optional=True), help="Head dim, a list sweeps them. Example: --dim 128 or --dim 64,128")] = None,
+    heads: Annotated[Optional[list], typer.Option(parser=list_of(int, "--heads"), help="Query heads, a list sweeps them. Example: --heads 32 or --heads 12,32")] = None,
+    dim: Annotated[Optional[list], typer.Option(parser=list_of(int, "--dim"), help="Head dim, a list sweeps them. Example: --dim 128 or --dim 64,128")] = None,
     shapes: Annotated[Optional[list], typer.Option(parser=parse_shapes, help="(heads x dim) pairs instead of the --heads x --dim product; HEADS/KVxDIM gives a shape its own kv heads. Example: --shapes 12x64,32/8x128")] = None,
     kv_heads: Annotated[Optional[int], typer.Option(help="KV heads (GQA); default = heads. Example: --kv-heads 8")] = None,
     tokens: Annotated[Optional[list], typer.Option(parser=list_of(int, "--tokens", optional=True), help="Query-token counts N per batch (default 100,500,1000 on GPU; 10,50,100 on CPU). Example: --tokens 100,500,1000")] = None,

@@ -17,6 +17,7 @@ import typer
 
 from attnbench.errors import UsageError
 
+
 def parse_list(text: str, flag: str, cast=int) -> list:
     """`8,16,32` -> [8, 16, 32]; a value that is not a `cast` or an empty list names the flag."""
     try:
@@ -44,8 +45,10 @@ def list_of(cast, flag: str, optional: bool = False) -> Callable[[object], list 
 def parse_shapes(text) -> list[tuple[int, ...]] | None:
     """--shapes 12x64,32/8x128 -> [(12, 64), (32, 128, 8)]: (heads, head dim) or (heads, head dim,
     kv heads) for a shape written HEADS/KVxDIM."""
-    if isinstance(text, (list, tuple)) or text is None or text == "":
-        return None if text in (None, "") else list(text)
+    if text is None or text == "":
+        return None
+    if isinstance(text, (list, tuple)):
+        return list(text)
     shapes = []
     for part in str(text).split(","):
         m = re.fullmatch(r"\s*(\d+)(?:/(\d+))?x(\d+)\s*", part)
