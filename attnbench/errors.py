@@ -1,4 +1,5 @@
-"""One domain exception, so that only the CLI decides how an error looks to a user."""
+"""One domain exception, so that only the CLI decides how an error looks to a user; and the two
+checks that every command's list flags share (a value among the choices, no value twice)."""
 
 import traceback
 
@@ -27,3 +28,20 @@ def error_reason(exc: BaseException, limit: int = 300) -> str:
     where = f" ({last.filename.rsplit('/', 1)[-1]}:{last.lineno})" if last else ""
     message = str(exc).splitlines()[0] if str(exc) else ""
     return f"{type(exc).__name__}: {message}{where}"[:limit]
+
+
+def check_choices(values, allowed, flag: str, noun: str = "value") -> None:
+    """Every value is one of `allowed` (--strategy of every command, verify's --policy)."""
+    for value in values:
+        if value not in allowed:
+            raise UsageError(f"{flag}: unknown {noun} {value!r}; choose {', '.join(allowed)}")
+
+
+def check_unique(values, flag: str, show=str) -> None:
+    """A list flag names each value once: a repeated value would be measured twice, and two rows
+    with one key make `compare` refuse the directory."""
+    seen = []
+    for value in values:
+        if value in seen:
+            raise UsageError(f"{flag}: {show(value)} is listed twice")
+        seen.append(value)

@@ -96,7 +96,7 @@ def test_points_that_cannot_fit_beside_ones_that_do_are_skipped_rows(monkeypatch
     """A sweep is refused only when none of its points fits; a point too big is a `skipped` row
     saying how much it needs, and the points that fit are measured."""
     sizes = {n: kernel_plan.host_bytes(kernel_plan.build_points(kernel_plan.KernelArgs(
-        shapes=[(4, 32)], tokens=[n], kinds=["decode"], context="32"))[0]) for n in (8, 4096)}
+        shapes=[(4, 32)], tokens=[n], kind=["decode"], context="32"))[0]) for n in (8, 4096)}
     monkeypatch.setattr(kernel_plan, "available_host_bytes", lambda: sizes[8] * 4)
     assert sizes[4096] * 1.2 > sizes[8] * 4
     result = invoke(*[a if a != "8" else "8,4096" for a in KERNEL], "--out", tmp_path / "run")

@@ -134,7 +134,7 @@ def test_the_naive_scenario_replays_a_bucket_on_a_query_past_the_tiles_it_was_ca
     assert (args.cudagraph, args.graph_policy) == ("full", "naive")
     pairs = length_pairs(args)
     model = random_model(TINY, torch.bfloat16, "cpu", seed=3)
-    engines = ModelEngines(model, max(args.batch_sizes), max(i + o for i, o in pairs), chunk_size=args.chunk_size)
+    engines = ModelEngines(model, max(args.batch_size), max(i + o for i, o in pairs), chunk_size=args.chunk_size)
     engine = _emulated(model, engines, "unified", "naive")
     seen, load = [], engine.full.load  # (bucket, the step's longest query, captured before)
 
@@ -144,7 +144,7 @@ def test_the_naive_scenario_replays_a_bucket_on_a_query_past_the_tiles_it_was_ca
         return load(step)
     monkeypatch.setattr(engine.full, "load", spy)
     for input_len, output_len in pairs:
-        engine.generate(make_prompts(args.batch_sizes[0], input_len, TINY.vocab_size, args.seed), output_len)
+        engine.generate(make_prompts(args.batch_size[0], input_len, TINY.vocab_size, args.seed), output_len)
     captured = {bucket: q for bucket, q, before in seen if not before}
     assert any(captured[bucket] <= 64 and q > 192 for bucket, q, before in seen if before), seen
 

@@ -154,8 +154,8 @@ def test_piecewise_rows_record_mode_graphs_and_the_eager_check(monkeypatch):
     monkeypatch.setattr(runner, "Engine", functools.partial(Engine, emulate=True))
     model = random_model(TINY, torch.bfloat16, "cpu", seed=6)
     engines = ModelEngines(model, max_num_seqs=2, max_model_len=11, chunk_size=5)
-    args = E2EArgs(model="tiny", input_lens=[8], output_lens=[3], batch_sizes=[2], chunk_size=5,
-                   backends=["reference"], warmup=0, iters=1, cudagraph=GraphMode.PIECEWISE, device="cpu")
+    args = E2EArgs(model="tiny", input_len=[8], output_len=[3], batch_size=[2], chunk_size=5,
+                   backend=["reference"], warmup=0, iters=1, cudagraph=GraphMode.PIECEWISE, device="cpu")
     choices = {"reference": choose_graphs(get_backend("reference"), GraphMode.PIECEWISE, "cuda", 2, TINY.n_layer)}
     rows, agreements = run_point(engines, args, choices, {"input_len": 8, "output_len": 3, "batch_size": 2})
     df = pd.DataFrame(rows)

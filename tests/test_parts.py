@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from fused_backend import FusedReference
 
-from attnbench.cli import flags, scenario
+from attnbench.cli import flags, options, scenario
 from attnbench.errors import UsageError
 from attnbench.kernels import plan as kernel_plan
 from attnbench.kernels.sweep import SweepPlan, run_sweep
@@ -139,7 +139,7 @@ def test_shapes_with_kv_heads_and_decode_lists_become_points():
         kernel_plan.check_lists(flags.kernel_args({"shapes": "4x16", "heads": None, "dim": None,
                                                     "decode_share": "0.5,0.9", "decode_seqs": "4"}))
     with pytest.raises(UsageError, match="HEADS/KVxDIM"):
-        flags.parse_shapes("32:8x128", None, None)
+        options.parse_shapes("32:8x128")
 
 
 def test_older_results_without_the_new_columns_still_load(tmp_path):
@@ -159,6 +159,6 @@ def test_the_balanced_scenarios_hold_the_points_they_describe():
     mixed = scenario.load_scenario(SCENARIOS / "mixed-families.toml", ["--backend", "vllm-fa2,flashinfer"])
     assert mixed.contexts == ["1024", "8192"]
     args = flags.kernel_args({**mixed.values, "context": mixed.contexts[1]})
-    assert args.backends == ["vllm-fa2", "flashinfer"]  # the command line overrides the file's list
+    assert args.backend == ["vllm-fa2", "flashinfer"]  # the command line overrides the file's list
     assert {(p.num_heads, p.num_kv_heads, p.head_dim) for p in kernel_plan.build_points(args)} == {
         (32, 8, 128), (12, 12, 64)}

@@ -113,7 +113,7 @@ def test_every_replicate_is_checked_and_one_bad_replicate_fails_the_row(counted,
 
 
 def test_the_gpu_defaults_to_three_replicates_the_cpu_to_one_and_bad_counts_are_refused():
-    args = KernelArgs(shapes=[(2, 16)], tokens=[4], kinds=["decode"], context="16", device="cpu")
+    args = KernelArgs(shapes=[(2, 16)], tokens=[4], kind=["decode"], context="16", device="cpu")
     assert plan_sweep(args).replicates == 1
     assert plan_sweep(args, machine=False).replicates == 3
     assert plan_sweep(KernelArgs(**{**args.__dict__, "replicates": 5})).replicates == 5

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
 
 import pytest
-import typer
 
 from attnbench.cli import flags, scenario
 from attnbench.kernels import plan as kernel_plan
@@ -57,7 +55,7 @@ def test_seed_kernel_table_is_the_seeds_nine_points():
     assert len(points) == 9 and {p.kind for p in points} == {"decode"}
     assert {(p.num_tokens, p.num_heads, p.head_dim) for p in points} == {
         (n, h, d) for n in (100, 500, 1000) for h, d in ((12, 64), (32, 128), (64, 128))}
-    assert (args.strategies, args.modes, sc.contexts) == (["unified", "split"], ["graph"], ["1024"])
+    assert (args.strategy, args.mode, sc.contexts) == (["unified", "split"], ["graph"], ["1024"])
     assert "did not say" in (SCENARIOS / "seed-kernel-table.toml").read_text()  # the context choice is stated
 
 
@@ -65,12 +63,12 @@ def test_decode_gqa_sweeps_contexts_1k_to_32k():
     sc = scenario.load_scenario(SCENARIOS / "decode-gqa.toml")
     assert [int(c) for c in sc.contexts] == [1024, 2048, 4096, 8192, 16384, 32768]
     args = args_of(sc)
-    assert (args.shapes, args.kv_heads, args.kinds) == ([(32, 128)], 8, ["decode"])
+    assert (kernel_plan.sweep_shapes(args), args.kv_heads, args.kind) == ([(32, 128)], 8, ["decode"])
 
 
 def test_prefix_cache_sweeps_hit_ratios():
     args = args_of(scenario.load_scenario(SCENARIOS / "prefix-cache.toml"))
-    assert (args.kinds, args.prefix_ratios) == (["prefix"], [0.0, 0.25, 0.5, 0.75, 0.9])
+    assert (args.kind, args.prefix_ratio) == (["prefix"], [0.0, 0.25, 0.5, 0.75, 0.9])
 
 
 def test_seed_e2e_table_is_the_seeds_grid():
@@ -164,14 +162,14 @@ def test_every_kernel_flag_is_a_key_and_reaches_kernel_args(tmp_path):
     assert set(sc.given) == set(flags), "the file above must set every flag"
     args = args_of(sc)
     assert all(getattr(args, flags[k].param) == v for k, v in newer.items())
-    assert (args.shapes, args.kv_heads, args.tokens, args.kinds, args.strategies, args.backends, args.modes) == (
+    assert (args.shapes, args.kv_heads, args.tokens, args.kind, args.strategy, args.backend, args.mode) == (
         [(8, 32)], 2, [3, 5], ["decode", "mixed"], ["split"], ["reference"], ["eager"])
-    assert (args.dtype, args.block_size, args.context, args.decode_shares, args.prefix_ratios, args.spec_k) == (
+    assert (args.dtype, args.block_size, args.context, args.decode_share, args.prefix_ratio, args.spec_k) == (
         "fp16", 32, "uniform:8:64", [0.25], [0.0, 0.5], 2, )
     assert args.decode_seqs == [4, 8]
     assert (args.prefill_len, args.causal, args.cold_l2, args.budget_ms, args.rel_spread, args.seed) == (
         64, False, True, 7.0, 0.02, 3)
-    assert (args.device, args.out, args.resume, args.json_rows) == ("auto", Path("somewhere"), Path("earlier"), True)
+    assert (args.device, args.out, args.resume, args.json) == ("auto", Path("somewhere"), Path("earlier"), True)
     assert (args.devices, args.shard) == ("cpu,cpu", "1/2")
     assert args.point_timeout == 30.0
     assert args.replicates == 4
@@ -221,28 +219,20 @@ def test_a_single_sweep_runs_through_run_kernel(tmp_path, monkeypatch, cli):
     monkeypatch.setattr(scenario_job, "run_kernel", lambda args, console, command: calls.append(args))
     assert cli("run", SCENARIOS / "seed-kernel-table.toml", *TINY, "--out", tmp_path / "o").exit_code == 0
     (args,) = calls
-    assert (args.shapes, args.kinds, args.tokens, args.context, args.out) == (
+    assert (kernel_plan.sweep_shapes(args), args.kind, args.tokens, args.context, args.out) == (
         [(4, 32)], ["decode"], [2, 4], "1024", tmp_path / "o")
 
 
 def test_e2e_scenarios_call_the_e2e_command(tmp_path, monkeypatch, cli):
-    """With an `attnbench e2e` registered, a scenario's keys are its flags and its values reach it."""
-    received = {}
-
-    def e2e(model: Annotated[str, typer.Option(help="model")] = "tiny",
-            input_len: Annotated[str, typer.Option(help="prompt lengths")] = "32",
-            output_len: Annotated[str, typer.Option(help="output lengths")] = "32",
-            batch_size: Annotated[str, typer.Option(help="batch sizes")] = "1",
-            eager: Annotated[bool, typer.Option(help="no graphs")] = False,
-            iters: Annotated[int, typer.Option(help="runs")] = 30) -> None:
-        received.update(model=model, input_len=input_len, output_len=output_len, batch_size=batch_size,
-                        eager=eager, iters=iters)
-
-    monkeypatch.setitem(scenario.COMMANDS, "e2e", e2e)
+    """An e2e scenario's keys are the e2e flags, and its values (overrides included) reach E2EArgs
+    as the command line's would."""
+    received = []
+    monkeypatch.setattr(run_cmd, "start_e2e", received.append)
     result = cli("run", SCENARIOS / "seed-e2e-table.toml", "--eager", "--iters", "5")
     assert result.exit_code == 0, result.output
-    assert received == {"model": "llama-7b", "input_len": "32,512", "output_len": "128,32",
-                        "batch_size": "1,2,4,8,16,32", "eager": True, "iters": 5}
+    (args,) = received
+    assert (args.model, args.input_len, args.output_len, args.batch_size, args.eager, args.iters) == (
+        "llama-7b", [32, 512], [128, 32], [1, 2, 4, 8, 16, 32], True, 5)
     bad = tmp_path / "bad.toml"
     bad.write_text('command = "e2e"\nheads = 4\n')
     assert "heads: unknown key for command = 'e2e'" in cli("run", bad).output

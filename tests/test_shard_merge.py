@@ -53,7 +53,7 @@ def runs(tmp_path_factory):
 
 
 def test_shards_partition_the_plan_for_any_count():
-    args = KernelArgs(shapes=[(4, 32), (8, 64)], kv_heads=2, tokens=[4, 8, 12, 16, 20], kinds=["decode", "prefill"],
+    args = KernelArgs(shapes=[(4, 32), (8, 64)], kv_heads=2, tokens=[4, 8, 12, 16, 20], kind=["decode", "prefill"],
                       context="32", device="cpu")
     every = plan_kernel(args).points
     for count in range(1, 8):

@@ -1,84 +1,89 @@
-"""Flag values -> typed arguments: one parser for the command line and for scenario files.
+"""A command's flags as data, read from the command's own declaration, for scenario files.
 
-A list flag is a comma-separated string on the command line and a string, a number or a list in
-a scenario file; both become the same typed list here, and the args' validators
-(kernels.plan.plan_sweep, e2e.runner.validate_args) then check every value.
+`attnbench kernel` and `attnbench e2e` hand their parsed flags to KernelArgs / E2EArgs by name
+(click's ctx.params: the fields are named like the flags). A scenario file has no command line,
+so its values go through the same declarations here: names, types and defaults from the click
+options, and each list flag's parser from its typer.Option (cli/options.py), then into the same
+args object. A flag added to a command is a scenario key at once, with nothing to add here.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
-import re
+import functools
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Callable
 
+import typer
+import typer.main
+
+from attnbench.cli import e2e, kernel
 from attnbench.e2e.runner import E2EArgs
-from attnbench.errors import AttnbenchError, UsageError
-from attnbench.kernels.plan import KernelArgs, check_unique, shape_text
+from attnbench.errors import AttnbenchError
+from attnbench.kernels.plan import KernelArgs
 
-# kernel flags parsed into a list-valued KernelArgs field:
-# flag -> (field, element type, None when empty)
-LIST_FLAGS = {"tokens": ("tokens", int, True), "kind": ("kinds", str, False), "strategy": ("strategies", str, False),
-              "backend": ("backends", str, True), "mode": ("modes", str, True),
-              "prefix_ratio": ("prefix_ratios", float, False), "decode_share": ("decode_shares", float, False),
-              "decode_seqs": ("decode_seqs", int, True)}
-E2E_LIST_FLAGS = {"input_len": ("input_lens", int, False), "output_len": ("output_lens", int, False),
-                  "batch_size": ("batch_sizes", int, False), "strategy": ("strategies", str, False),
-                  "backend": ("backends", str, True)}
-
-def parse_list(text: str, flag: str, cast=int) -> list:
-    try:
-        values = [cast(part.strip()) for part in str(text).split(",") if part.strip()]
-    except ValueError:
-        raise UsageError(f"{flag}: expected a comma-separated list of {cast.__name__}s, got {text!r}") from None
-    if not values:
-        raise UsageError(f"{flag}: empty list")
-    return values
+# command name -> the function behind it and the args object it fills
+COMMANDS = {"kernel": (kernel.kernel, KernelArgs), "e2e": (e2e.e2e, E2EArgs)}
 
 
-def parse_shapes(shapes: str | None, heads: str | None, dim: str | None) -> list[tuple[int, ...]]:
-    """(heads, head dim) pairs: --shapes 12x64,32x128, or the product of --heads and --dim. A shape
-    written HEADS/KVxDIM (32/8x128) is (heads, dim, kv heads): its own kv heads, over --kv-heads."""
-    if shapes:
-        pairs = []
-        for part in shapes.split(","):
-            m = re.fullmatch(r"\s*(\d+)(?:/(\d+))?x(\d+)\s*", part)
-            if not m:
-                raise UsageError(f"--shapes: expected HEADSxDIM or HEADS/KVxDIM such as 12x64,32/8x128, got {part!r}")
-            pairs.append((int(m.group(1)), int(m.group(3)), *([int(m.group(2))] if m.group(2) else [])))
-        check_unique(pairs, "--shapes", shape_text)
-        return pairs
-    if heads is None or dim is None:
-        raise UsageError("--heads and --dim: both are needed (or --shapes 32x128,...), e.g. --heads 32 --dim 128")
-    heads_list, dims = parse_list(heads, "--heads"), parse_list(dim, "--dim")
-    check_unique(heads_list, "--heads")
-    check_unique(dims, "--dim")
-    return list(itertools.product(heads_list, dims))
+@dataclass(frozen=True)
+class Flag:
+    key: str               # the long option with underscores: kv_heads, json
+    param: str             # the command function's parameter and the args field: kv_heads, json
+    type: str              # from the annotation: text, integer, float, boolean or path
+    default: object        # as the command line would give it: "unified,split" for a list flag
+    negative: str | None   # --no-causal, for on/off flags that have one
+    parse: Callable        # the declaration's parser (list flags), else the value as it is
 
 
-def typed_fields(values: dict, cls, list_flags: dict, command: str) -> dict:
-    """The fields of `cls` from a command's parameter values: list flags parsed, the rest as given."""
-    fields = {f.name for f in dataclasses.fields(cls)}
-    args = {}
-    for param, value in values.items():
-        if param in list_flags:
-            field, cast, optional = list_flags[param]
-            empty = value is None or value == ""
-            args[field] = None if empty and optional else parse_list(value, "--" + param.replace("_", "-"), cast)
-        elif param in fields:
-            args[param] = value
-        else:
-            raise AttnbenchError(f"the {command} flag {param!r} has no {cls.__name__} field: "
-                                 "attnbench.cli.flags needs to learn it")
-    return args
+def _type_of(hint) -> str:
+    if typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    return {bool: "boolean", int: "integer", float: "float", str: "text"}.get(
+        hint, "path" if isinstance(hint, type) and issubclass(hint, PurePath) else "text")
+
+
+def _parser(hint) -> Callable:
+    declared = [getattr(info, "parser", None) for info in typing.get_args(hint)[1:]]
+    return next((parse for parse in declared if parse is not None), lambda value: value)
+
+
+@functools.cache
+def command_flags(command: str) -> dict[str, Flag]:
+    """The flags of `attnbench COMMAND`: names and defaults from its click options, types and
+    parsers from its function's annotations."""
+    callback = COMMANDS[command][0]
+    hints = typing.get_type_hints(callback, include_extras=True)
+    single = typer.Typer()
+    single.command()(callback)
+    click_command = typer.main.get_command(single)  # one command: the click command itself
+    flags = {}
+    for p in click_command.params:
+        if p.param_type_name != "option" or p.name not in hints:
+            continue
+        key = p.opts[0].lstrip("-").replace("-", "_")
+        flags[key] = Flag(key, p.name, _type_of(hints[p.name]), p.default, (p.secondary_opts or [None])[0],
+                          _parser(hints[p.name]))
+    return flags
+
+
+def command_args(command: str, values: dict):
+    """The command's args object from flag values by parameter name (the file's, or partial):
+    each parsed by its flag's declaration; a flag not given keeps the args' default."""
+    flags = {f.param: f for f in command_flags(command).values()}
+    unknown = sorted(set(values) - set(flags))
+    if unknown:
+        raise AttnbenchError(f"{unknown[0]!r} is not a flag of attnbench {command}")
+    return COMMANDS[command][1](**{name: flags[name].parse(value) for name, value in values.items()})
 
 
 def kernel_args(values: dict) -> KernelArgs:
-    """KernelArgs from the kernel command's parameter values (the CLI's, or a scenario's)."""
-    rest = {k: v for k, v in values.items() if k not in ("shapes", "heads", "dim")}
-    return KernelArgs(shapes=parse_shapes(values["shapes"], values["heads"], values["dim"]),
-                      **typed_fields(rest, KernelArgs, LIST_FLAGS, "kernel"))
+    return command_args("kernel", values)
 
 
 def e2e_args(values: dict) -> E2EArgs:
-    """E2EArgs from the e2e command's parameter values (the CLI's, or a scenario's)."""
-    return E2EArgs(**typed_fields(values, E2EArgs, E2E_LIST_FLAGS, "e2e"))
+    return command_args("e2e", values)

@@ -9,31 +9,34 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from attnbench.cli import options
 from attnbench.cli.common import command_line, user_errors
-from attnbench.cli.flags import kernel_args
+from attnbench.cli.options import list_of, parse_shapes
 from attnbench.console import make_console
 from attnbench.kernels.backends.registry import REGISTRY
+from attnbench.kernels.plan import KernelArgs
 from attnbench.runs.kernel import run_kernel
 from attnbench.runs.kernel_ranks import run_kernel_ranks
 from attnbench.workers import distributed
 
 
 def kernel(
-    heads: Annotated[Optional[str], typer.Option(help="Query heads, a list sweeps them. Example: --heads 32 or --heads 12,32")] = None,
-    dim: Annotated[Optional[str], typer.Option(help="Head dim, a list sweeps them. Example: --dim 128 or --dim 64,128")] = None,
-    shapes: Annotated[Optional[str], typer.Option(help="(heads x dim) pairs instead of the --heads x --dim product; HEADS/KVxDIM gives a shape its own kv heads. Example: --shapes 12x64,32/8x128")] = None,
+    ctx: typer.Context,
+    heads: Annotated[Optional[list], typer.Option(parser=list_of(int, "--heads"), help="Query heads, a list sweeps them. Example: --heads 32 or --heads 12,32")] = None,
+    dim: Annotated[Optional[list], typer.Option(parser=list_of(int, "--dim"), help="Head dim, a list sweeps them. Example: --dim 128 or --dim 64,128")] = None,
+    shapes: Annotated[Optional[list], typer.Option(parser=parse_shapes, help="(heads x dim) pairs instead of the --heads x --dim product; HEADS/KVxDIM gives a shape its own kv heads. Example: --shapes 12x64,32/8x128")] = None,
     kv_heads: Annotated[Optional[int], typer.Option(help="KV heads (GQA); default = heads. Example: --kv-heads 8")] = None,
-    tokens: Annotated[Optional[str], typer.Option(help="Query-token counts N per batch (default 100,500,1000 on GPU; 10,50,100 on CPU). Example: --tokens 100,500,1000")] = None,
-    kind: Annotated[str, typer.Option(help="Batch kinds: decode, prefill, mixed, prefix, specdec, or all. Example: --kind decode,mixed")] = "all",
-    strategy: Annotated[str, typer.Option(help="Strategies: unified, split, fused (fused where a backend has it: attnbench backends). Example: --strategy unified,split,fused")] = "unified,split",
-    backend: Annotated[Optional[str], typer.Option(help="Backends (default: every available kernel backend; reference on CPU). Example: --backend vllm-fa2")] = None,
-    mode: Annotated[str, typer.Option(help="Timing mode: eager, graph or both (both on GPU, eager on CPU by default). Example: --mode graph")] = "",
-    dtype: Annotated[str, typer.Option(help="bf16 or fp16. Example: --dtype fp16")] = "bf16",
-    block_size: Annotated[int, typer.Option(help="KV cache block size, a multiple of 16. Example: --block-size 32")] = 16,
+    tokens: Annotated[Optional[list], typer.Option(parser=list_of(int, "--tokens", optional=True), help="Query-token counts N per batch (default 100,500,1000 on GPU; 10,50,100 on CPU). Example: --tokens 100,500,1000")] = None,
+    kind: Annotated[list, typer.Option(parser=list_of(str, "--kind"), help="Batch kinds: decode, prefill, mixed, prefix, specdec, or all. Example: --kind decode,mixed")] = "all",
+    strategy: options.Strategy = "unified,split",
+    backend: options.Backend = None,
+    mode: Annotated[Optional[list], typer.Option(parser=list_of(str, "--mode", optional=True), help="Timing mode: eager, graph or both (both on GPU, eager on CPU by default). Example: --mode graph")] = "",
+    dtype: options.Dtype = "bf16",
+    block_size: options.BlockSize = 16,
     context: Annotated[Optional[str], typer.Option(help="KV length of decode/specdec sequences and of the mixed chunk's prefix: a number or uniform:LOW:HIGH (default 1024 on GPU, 256 on CPU). Example: --context uniform:1:4096")] = None,
-    decode_share: Annotated[str, typer.Option(help="mixed: share of the N tokens that are decode tokens, a list sweeps it. Example: --decode-share 0.5,0.9")] = "0.5",
-    decode_seqs: Annotated[Optional[str], typer.Option(help="mixed: instead of --decode-share, this many decode sequences beside a prefill chunk of all N tokens; a list sweeps it. Example: --tokens 2048 --decode-seqs 32,128")] = None,
-    prefix_ratio: Annotated[str, typer.Option(help="prefix: cached share of each sequence's KV, a list sweeps it. Example: --prefix-ratio 0,0.5,0.9")] = "0.5",
+    decode_share: Annotated[list, typer.Option(parser=list_of(float, "--decode-share"), help="mixed: share of the N tokens that are decode tokens, a list sweeps it. Example: --decode-share 0.5,0.9")] = "0.5",
+    decode_seqs: Annotated[Optional[list], typer.Option(parser=list_of(int, "--decode-seqs", optional=True), help="mixed: instead of --decode-share, this many decode sequences beside a prefill chunk of all N tokens; a list sweeps it. Example: --tokens 2048 --decode-seqs 32,128")] = None,
+    prefix_ratio: Annotated[list, typer.Option(parser=list_of(float, "--prefix-ratio"), help="prefix: cached share of each sequence's KV, a list sweeps it. Example: --prefix-ratio 0,0.5,0.9")] = "0.5",
     spec_k: Annotated[int, typer.Option(help="specdec: query tokens per sequence. Example: --spec-k 4")] = 4,
     prefill_len: Annotated[int, typer.Option(help="prefill/prefix: max query tokens per sequence. Example: --prefill-len 512")] = 512,
     causal: Annotated[bool, typer.Option(help="Causal mask (bottom-right aligned). Example: --no-causal")] = True,
@@ -41,15 +44,15 @@ def kernel(
     budget_ms: Annotated[Optional[float], typer.Option(help="Sampling time budget per row and replicate, ms (default 1000 on GPU, 200 on CPU). Example: --budget-ms 500")] = None,
     replicates: Annotated[Optional[int], typer.Option(help="Measure every row this many times, each on freshly allocated inputs with a new plan and new graphs, interleaved; median_ms is the median of replicate medians and compare's interval comes from them, so it includes between-run noise (default 3 on a GPU, 1 on the CPU). Example: --replicates 5")] = None,
     rel_spread: Annotated[float, typer.Option(help="Stop sampling once IQR / median is below this. Example: --rel-spread 0.005")] = 0.01,
-    seed: Annotated[int, typer.Option(help="Seed for lengths, block tables and inputs. Example: --seed 1")] = 0,
-    device: Annotated[str, typer.Option(help="auto, cuda, cuda:N or cpu. Example: --device cpu")] = "auto",
-    out: Annotated[Optional[Path], typer.Option(help="Results directory (default results/<time>-<gpu>-kernel). Example: --out runs/h200")] = None,
-    json_rows: Annotated[bool, typer.Option("--json", help="Print each row as a JSON line on stdout. Example: --json | jq .median_ms")] = False,
-    profile: Annotated[bool, typer.Option(help="After timing each row, run torch.profiler over a few more calls: traces for TensorBoard and Perfetto under <out>/profile, kernel breakdown in profile_kernels.csv and profile.md. Example: --profile")] = False,
-    force: Annotated[bool, typer.Option(help="Run into an --out that holds an earlier run, removing the files attnbench wrote there first (other files stay). Example: --force")] = False,
-    resume: Annotated[Optional[Path], typer.Option(help="Finish an interrupted run: the same flags, and the directory it wrote; only the points it lacks are measured (refused if the GPU or library versions differ). Example: --resume results/20261130-h200-kernel")] = None,
-    isolate: Annotated[bool, typer.Option(help="Run each point in a worker process with a watchdog: a point that hangs (past --point-timeout), crashes its process or runs out of memory becomes a timeout / crashed / oom row and the sweep goes on. Example: --isolate")] = False,
-    point_timeout: Annotated[Optional[float], typer.Option(help="With --isolate or --devices: the longest a point may go without a result, in seconds (default 600 on a GPU, above FA2's 1-2 minute first-use compile on Hopper; 120 on the CPU). Example: --point-timeout 300")] = None,
+    seed: Annotated[int, options.seed("lengths, block tables and inputs")] = 0,
+    device: options.Device = "auto",
+    out: Annotated[Optional[Path], options.run_out("kernel", "runs/h200")] = None,
+    json: Annotated[bool, typer.Option("--json", help="Print each row as a JSON line on stdout. Example: --json | jq .median_ms")] = False,
+    profile: Annotated[bool, options.profile("timing each row, run torch.profiler over a few more calls", "")] = False,
+    force: options.Force = False,
+    resume: Annotated[Optional[Path], options.resume("kernel")] = None,
+    isolate: Annotated[bool, options.isolate("point", "", "runs out of memory becomes a timeout / crashed / oom row")] = False,
+    point_timeout: Annotated[Optional[float], options.point_timeout("--isolate or --devices", "default 600 on a GPU, above FA2's 1-2 minute first-use compile on Hopper; 120 on the CPU")] = None,
     shard: Annotated[Optional[str], typer.Option(help="Measure only shard I of N of the points (counted from 0; the same flags give every shard the same split), for job arrays; join the shards with `attnbench merge`. Example: --shard $SLURM_ARRAY_TASK_ID/4")] = None,
     devices: Annotated[Optional[str], typer.Option(help="Spread the points over local GPUs, one worker process each (both strategies of a point on one GPU; every row records its device): all, or a list (cpu,cpu: CPU workers, for tests). Example: --devices all or --devices cuda:0,cuda:1")] = None,
 ) -> None:
@@ -60,11 +63,11 @@ def kernel(
 
     Example: attnbench kernel --heads 32 --dim 128
     """
-    values = dict(locals())  # every flag, by parameter name
-    console = make_console(json_rows)
+    args = KernelArgs(**ctx.params)  # the flags, parsed by their declarations, under their own names
+    console = make_console(args.json)
     with user_errors(console):
         job = run_kernel_ranks if distributed.launched() else run_kernel
-        job(kernel_args(values), console, command=command_line())
+        job(args, console, command=command_line())
 
 
 def backends() -> None:

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from attnbench.cli import options
 from attnbench.cli.common import command_line, user_errors
 from attnbench.console import make_console
 from attnbench.runs.merge import run_merge
@@ -20,7 +21,7 @@ def merge(
     runs: Annotated[list[Path], typer.Argument(help="Run directories to merge: the shards of one sweep, or runs of one setup. Example: runs/shard-*")],
     out: Annotated[Path, typer.Option(help="The merged run directory (new or empty). Example: --out runs/all")],
     allow_mixed: Annotated[bool, typer.Option(help="Merge runs measured on different GPUs or with different attnbench, torch or kernel library versions; env.json records what differed. Example: --allow-mixed")] = False,
-    force: Annotated[bool, typer.Option(help="Write into an --out that holds an earlier run, removing the files attnbench wrote there first. Example: --force")] = False,
+    force: options.Force = False,
 ) -> None:
     """Merge run directories into one: every row once (two different rows for one measurement are
     refused), env.json listing the inputs and any missing shard, then summary, parquet and plots.

@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from attnbench.cli.common import fail, user_errors
-from attnbench.cli.flags import parse_list
+from attnbench.cli.options import list_of
 from attnbench.console import make_console
 from attnbench.errors import UsageError
 from attnbench.results import compare as cmp
@@ -34,7 +34,7 @@ def compare(
     new: Annotated[Path, typer.Argument(help="Candidate, as BASE.")],
     threshold: Annotated[str, typer.Option(help="Smallest change that counts. Example: --threshold 3%")] = "5%",
     markdown: Annotated[Optional[Path], typer.Option(help="Also write a Markdown report for a PR comment. Example: --markdown compare.md")] = None,
-    ignore: Annotated[Optional[str], typer.Option(help="Key columns to leave out of the match, e.g. to compare an eager run with a graph run, or two backends. Example: --ignore mode")] = None,
+    ignore: Annotated[Optional[list], typer.Option(parser=list_of(str, "--ignore"), help="Key columns to leave out of the match, e.g. to compare an eager run with a graph run, or two backends. Example: --ignore mode")] = None,
 ) -> None:
     """Compare NEW with BASE row by row; exit 1 when a row got slower beyond threshold and noise,
     or a row that passed the accuracy check in BASE fails it (or errors) in NEW.
@@ -50,10 +50,9 @@ def compare(
     console = make_console()
     with user_errors(console):
         smallest = cmp.parse_threshold(threshold)
-        ignored = parse_list(ignore, "--ignore", str) if ignore is not None else None
         runs = [load_run(base, "BASE"), load_run(new, "NEW")]
         kind = one_kind(runs, "compare")
-        key = cmp.match_columns(ignored, kind)
+        key = cmp.match_columns(ignore, kind)
         result = cmp.compare_runs(runs[0].rows, runs[1].rows, smallest, key, kind)
         env_diff = cmp.env_differences(cmp.load_env(base, "BASE"), cmp.load_env(new, "NEW"))
         if markdown:

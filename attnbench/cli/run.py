@@ -1,7 +1,7 @@
 """`attnbench run scenarios/NAME.toml`: a declarative sweep, run by the same code as its command.
 
 A kernel scenario becomes KernelArgs, one per context length it lists, and runs as a job
-(runs/scenario.py); an e2e scenario calls the `attnbench e2e` command with the file's values. What
+(runs/scenario.py); an e2e scenario becomes E2EArgs and runs as `attnbench e2e` runs it. What
 ran is recorded beside the results in scenario.json: the file's text, the overrides, the values.
 """
 
@@ -14,8 +14,9 @@ import typer
 from rich.console import Console
 
 from attnbench.cli.common import command_line, user_errors
-from attnbench.cli.flags import kernel_args
-from attnbench.cli.scenario import Scenario, command_callback, load_scenario
+from attnbench.cli.e2e import start_e2e
+from attnbench.cli.flags import e2e_args, kernel_args
+from attnbench.cli.scenario import Scenario, load_scenario
 from attnbench.console import make_console
 from attnbench.errors import UsageError
 from attnbench.runs.scenario import ScenarioPlan, preflight, run_kernel_scenario
@@ -37,13 +38,13 @@ def run(
     with user_errors(console, prefix=f"{scenario}: "):
         sc = load_scenario(scenario, list(ctx.args))
         confine_paths_from_file(sc, list(ctx.args))
-        console = make_console(bool(sc.values.get("json_rows")))
+        console = make_console(bool(sc.values.get("json")))
         plan = preflight([kernel_args({**sc.values, "context": c}) for c in sc.contexts]) \
             if sc.command == "kernel" else None
         if check:
             print_plan(console, sc, plan)
         elif plan is None:
-            command_callback("e2e")(**sc.values)
+            start_e2e(e2e_args(sc.values))
         else:
             command = command_line()
             run_kernel_scenario(sc.name, plan, console, command, scenario_record(sc, command))

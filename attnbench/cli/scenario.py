@@ -22,39 +22,25 @@ from __future__ import annotations
 import difflib
 import types
 import typing
+import re
 from dataclasses import dataclass
-from pathlib import Path, PurePath
+from pathlib import Path
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-import typer
-import typer.main
-
-from attnbench.cli import e2e, kernel
-from attnbench.cli.flags import e2e_args, kernel_args
+from attnbench.cli.flags import COMMANDS, Flag, command_flags, e2e_args, kernel_args
 from attnbench.e2e.runner import length_pairs, validate_args
-from attnbench.errors import UsageError
-from attnbench.kernels.plan import check_unique
+from attnbench.errors import UsageError, check_unique
 from attnbench.runs.kernel import plan_kernel
 from attnbench.workers import distributed
 
-COMMANDS = {"kernel": kernel.kernel, "e2e": e2e.e2e}  # command name -> the function behind it
 SWEPT = "context"  # the kernel key that may hold a list: one sweep per value
 MAX_FILE_BYTES = 1 << 20  # a scenario is a page of TOML; anything larger is the wrong file
 TYPE_NAMES = {"boolean": "true or false", "integer": "an integer", "float": "a number", "path": "a path string",
               "text": "a string, a number or a list of them"}
-
-
-@dataclass(frozen=True)
-class Flag:
-    key: str               # the long option with underscores: kv_heads, json
-    param: str             # the command function's parameter: kv_heads, json_rows
-    type: str              # from the annotation: text, integer, float, boolean or path
-    default: object
-    negative: str | None   # --no-causal, for on/off flags that have one
 
 
 @dataclass
@@ -69,37 +55,6 @@ class Scenario:
     @property
     def name(self) -> str:
         return self.path.stem
-
-
-def command_callback(command: str):
-    """The function behind `attnbench COMMAND`."""
-    return COMMANDS[command]
-
-
-def _type_of(hint) -> str:
-    if typing.get_origin(hint) is typing.Annotated:
-        hint = typing.get_args(hint)[0]
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        hint = next(a for a in typing.get_args(hint) if a is not type(None))
-    return {bool: "boolean", int: "integer", float: "float", str: "text"}.get(
-        hint, "path" if isinstance(hint, type) and issubclass(hint, PurePath) else "text")
-
-
-def command_flags(command: str) -> dict[str, Flag]:
-    """The flags of `attnbench COMMAND`: names and defaults from its click options, types from its
-    function's annotations."""
-    callback = command_callback(command)
-    hints = typing.get_type_hints(callback, include_extras=True)
-    single = typer.Typer()
-    single.command()(callback)
-    click_command = typer.main.get_command(single)  # one command: the click command itself
-    flags = {}
-    for p in click_command.params:
-        if p.param_type_name != "option" or p.name not in hints:
-            continue
-        key = p.opts[0].lstrip("-").replace("-", "_")
-        flags[key] = Flag(key, p.name, _type_of(hints[p.name]), p.default, (p.secondary_opts or [None])[0])
-    return flags
 
 
 def _type_name(value) -> str:

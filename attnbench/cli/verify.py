@@ -15,11 +15,12 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from attnbench.cli import options
 from attnbench.cli.common import user_errors
-from attnbench.cli.flags import parse_list
+from attnbench.cli.options import list_of
 from attnbench.console import make_console
 from attnbench.device import resolve_device
-from attnbench.errors import UsageError
+from attnbench.errors import UsageError, check_choices
 from attnbench.kernels.backends.registry import resolve_backends
 from attnbench.kernels.graphsafe import POLICIES
 from attnbench.kernels.verify import gating_failures, replay_cases, summary, verify_rows, write_results
@@ -27,18 +28,18 @@ from attnbench.kernels.workload import STRATEGIES, SweepPoint
 
 
 def verify(
-    backend: Annotated[Optional[str], typer.Option(help="Backends (default: every available kernel backend). Example: --backend vllm-fa2,vllm-fa3")] = None,
-    strategy: Annotated[str, typer.Option(help="Strategies. Example: --strategy unified,split")] = "unified,split",
-    policy: Annotated[str, typer.Option(help="naive (max_seqlen from the capture batch, buffers' tails left as they were) and/or safe (the seed's recipe). Example: --policy safe")] = "naive,safe",
+    backend: options.Backend = None,
+    strategy: options.Strategy = "unified,split",
+    policy: Annotated[list, typer.Option(parser=list_of(str, "--policy"), help="naive (max_seqlen from the capture batch, buffers' tails left as they were) and/or safe (the seed's recipe). Example: --policy safe")] = "naive,safe",
     heads: Annotated[int, typer.Option(help="Query heads. Example: --heads 32")] = 32,
     kv_heads: Annotated[Optional[int], typer.Option(help="KV heads (GQA). Example: --kv-heads 32")] = 8,
     dim: Annotated[int, typer.Option(help="Head dim. Example: --dim 128")] = 128,
-    dtype: Annotated[str, typer.Option(help="bf16 or fp16. Example: --dtype fp16")] = "bf16",
-    block_size: Annotated[int, typer.Option(help="KV cache block size. Example: --block-size 16")] = 16,
-    contexts: Annotated[str, typer.Option(help="SHORT,LONG: KV lengths of the capture batches and of the short -> long replay. Example: --contexts 512,4096")] = "512,4096",
+    dtype: options.Dtype = "bf16",
+    block_size: options.BlockSize = 16,
+    contexts: Annotated[list, typer.Option(parser=list_of(int, "--contexts"), help="SHORT,LONG: KV lengths of the capture batches and of the short -> long replay. Example: --contexts 512,4096")] = "512,4096",
     seqs: Annotated[int, typer.Option(help="Decode sequences of the capture batches. Example: --seqs 4")] = 4,
-    seed: Annotated[int, typer.Option(help="Seed for block tables and inputs. Example: --seed 1")] = 0,
-    device: Annotated[str, typer.Option(help="auto or cuda[:N]; cpu (explicitly) runs the CPU emulation, for backends whose launches read the buffers when they run. Example: --device cuda:1")] = "auto",
+    seed: Annotated[int, options.seed("block tables and inputs")] = 0,
+    device: options.Device = "auto",
     out: Annotated[Optional[Path], typer.Option(help="Write verify.csv and summary.md here. Example: --out results/verify-h200")] = None,
 ) -> None:
     """Capture each backend x strategy's attention call in a CUDA graph on one batch, replay it on
@@ -47,7 +48,8 @@ def verify(
     the safe policy. A case outside what a backend declares its graphs may be replayed on
     (FlashInfer: single-token decode batches only) is reported unsupported, not run. Exit 1 when a
     graph-safe backend fails under the safe policy (what kernel and e2e graph modes use); naive
-    failures are findings.
+    failures are findings. `--device cpu` (given explicitly) runs the CPU emulation, for backends
+    whose launches read the buffers when they run.
 
     Example: attnbench verify --backend vllm-fa2,vllm-fa3 --policy naive,safe
     """
@@ -56,17 +58,15 @@ def verify(
         if device == "auto" and not torch.cuda.is_available():
             raise UsageError("verify needs a CUDA GPU (none visible); --device cpu runs the CPU emulation")
         dev = resolve_device(device)
-        short, long = _contexts(contexts)
+        short, long = _short_long(contexts)
         if not 1 <= seqs <= 4096:
             raise UsageError(f"--seqs: must be between 1 and 4096, got {seqs}")
         point = SweepPoint(kind="mixed", num_tokens=seqs, num_heads=heads, num_kv_heads=kv_heads,
                            head_dim=dim, dtype=dtype, block_size=block_size, seed=seed)
-        strategies = parse_list(strategy, "--strategy", str)
-        policies = parse_list(policy, "--policy", str)
-        _check_choices(strategies, STRATEGIES, "--strategy")
-        _check_choices(policies, POLICIES, "--policy")
-        backends = resolve_backends(parse_list(backend, "--backend", str) if backend else None, dev)
-        rows = verify_rows(backends, strategies, policies, point, replay_cases(short, long, seqs), dev)
+        check_choices(strategy, STRATEGIES, "--strategy", "strategy")
+        check_choices(policy, POLICIES, "--policy", "policy")
+        cases = replay_cases(short, long, seqs)
+        rows = verify_rows(resolve_backends(backend, dev), strategy, policy, point, cases, dev)
     table = Table("backend", "strategy", "policy", "case", "verdict", "rel L2", "reason")
     for r in rows:
         style = {"pass": "green", "FAIL": "red"}.get(r["verdict"], "yellow")
@@ -81,14 +81,8 @@ def verify(
         raise typer.Exit(1)
 
 
-def _check_choices(values: list[str], allowed: tuple[str, ...], flag: str) -> None:
-    for value in values:
-        if value not in allowed:
-            raise UsageError(f"{flag}: unknown value {value!r}; choose from {', '.join(allowed)}")
-
-
-def _contexts(text: str) -> tuple[int, int]:
-    values = parse_list(text, "--contexts")
+def _short_long(values: list[int]) -> tuple[int, int]:
     if len(values) != 2 or not 1 <= values[0] < values[1] <= 1 << 22:
-        raise UsageError(f"--contexts: expected SHORT,LONG with 1 <= SHORT < LONG <= {1 << 22}, got {text!r}")
+        raise UsageError(f"--contexts: expected SHORT,LONG with 1 <= SHORT < LONG <= {1 << 22}, "
+                         f"got {','.join(map(str, values))!r}")
     return values[0], values[1]

@@ -26,14 +26,14 @@ from attnbench.e2e.parallel import MAX_TP, SINGLE, TensorParallel, all_reduce_ou
 from attnbench.e2e.agreement import FAILING, compare_generations, run_metrics, worst
 from attnbench.e2e.rows import E2E_POINT, E2EHead, E2EMeasures
 from attnbench.e2e.scheduler import KVCache, make_prompts
-from attnbench.errors import AttnbenchError, UsageError, error_reason
+from attnbench.errors import AttnbenchError, UsageError, check_choices, check_unique, error_reason
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.inputs import available_host_bytes, torch_dtype
-from attnbench.kernels.plan import check_strategies, check_unique
 from attnbench.kernels.rows import cells
 from attnbench.kernels.sweep import failure_verdict
 from attnbench.kernels.workload import (
     DEFAULT_STRATEGIES,
+    STRATEGIES,
     DTYPE_ALIASES,
     MAX_BLOCK_SIZE,
     MAX_SEED,
@@ -49,13 +49,15 @@ GiB = 2**30
 
 @dataclass
 class E2EArgs:
+    """The e2e command's flags, one field per flag under the flag's name; list flags as lists."""
+
     model: str = "llama-7b"
-    input_lens: list[int] = field(default_factory=lambda: [32, 512])
-    output_lens: list[int] = field(default_factory=lambda: [128, 32])
-    batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
+    input_len: list[int] = field(default_factory=lambda: [32, 512])
+    output_len: list[int] = field(default_factory=lambda: [128, 32])
+    batch_size: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
     chunk_size: int | None = None
-    strategies: list[str] = DEFAULT_STRATEGIES
-    backends: list[str] | None = None
+    strategy: list[str] = DEFAULT_STRATEGIES
+    backend: list[str] | None = None
     eager: bool = False  # the same as cudagraph="none"
     cudagraph: GraphMode | None = None  # --cudagraph none|decode|piecewise|full; None: modes.DEFAULT_MODE
     graph_policy: str = "safe"  # --graph-policy: how full graphs take metadata (graphsafe.POLICIES)
@@ -79,7 +81,7 @@ class E2EArgs:
 
 def length_pairs(args: E2EArgs) -> list[tuple[int, int]]:
     """--input-len and --output-len zipped; a single value goes with every value of the other."""
-    ins, outs = list(args.input_lens), list(args.output_lens)
+    ins, outs = list(args.input_len), list(args.output_len)
     if len(ins) == 1:
         ins *= len(outs)
     if len(outs) == 1:
@@ -100,8 +102,8 @@ def validate_args(args: E2EArgs) -> None:
     warm-up and measured runs each, a 64-bit seed, a --point-timeout of up to a day, --tp up to 64
     (whether it splits the model is checked once the model is known: parallel.check_tp).
     """
-    ranges = [("--input-len", args.input_lens, 1, MAX_TOKENS), ("--output-len", args.output_lens, 1, MAX_TOKENS),
-              ("--batch-size", args.batch_sizes, 1, 4096),
+    ranges = [("--input-len", args.input_len, 1, MAX_TOKENS), ("--output-len", args.output_len, 1, MAX_TOKENS),
+              ("--batch-size", args.batch_size, 1, 4096),
               ("--chunk-size", [] if args.chunk_size is None else [args.chunk_size], 1, MAX_TOKENS),
               ("--warmup", [args.warmup], 0, 10_000), ("--iters", [args.iters], 1, 10_000),
               ("--block-size", [args.block_size], 16, MAX_BLOCK_SIZE), ("--seed", [args.seed], 0, MAX_SEED),
@@ -122,9 +124,9 @@ def validate_args(args: E2EArgs) -> None:
             raise UsageError(f"{flag} cannot be combined with --tp {args.tp} yet: every rank must run the same steps "
                              "in the one process that holds its share of the model")
     check_cudagraph(args)
-    check_strategies(args.strategies)
-    for flag, values in [("--batch-size", args.batch_sizes), ("--strategy", args.strategies),
-                         ("--backend", args.backends or [])]:
+    check_choices(args.strategy, STRATEGIES, "--strategy", "strategy")
+    for flag, values in [("--batch-size", args.batch_size), ("--strategy", args.strategy),
+                         ("--backend", args.backend or [])]:
         check_unique(values, flag)
 
 
@@ -237,7 +239,7 @@ def failed_rows(args: E2EArgs, choices: dict[str, GraphChoice], fields: dict, ve
     """The rows of a point lost as a whole (its worker timed out or crashed): one per backend x strategy."""
     return [{**row_head(fields, backend, strategy, choice, args.graph_policy),
              **cells(E2EMeasures(verdict=verdict, reason=reason, agreement=""))}
-            for backend, choice in choices.items() for strategy in args.strategies]
+            for backend, choice in choices.items() for strategy in args.strategy]
 
 
 def run_point(engines: ModelEngines, args: E2EArgs, choices: dict[str, GraphChoice], fields: dict,
@@ -252,7 +254,7 @@ def run_point(engines: ModelEngines, args: E2EArgs, choices: dict[str, GraphChoi
     for backend, choice in choices.items():
         graphs = choice.cudagraph != GraphMode.NONE
         mode = "graph" if graphs else "eager"
-        for strategy in args.strategies:
+        for strategy in args.strategy:
             row = row_head(fields, backend, strategy, choice, args.graph_policy)
             try:
                 engine = engines.engine(backend, strategy, choice.cudagraph, args.graph_policy)
@@ -274,8 +276,8 @@ def run_point(engines: ModelEngines, args: E2EArgs, choices: dict[str, GraphChoi
                 row.update(verdict=failure_verdict(exc), reason=error_reason(exc))
             rows.append({**row, "fused_ops": fused.status})
             on_row(rows[-1])
-        pairs = [("unified", mode, s, mode) for s in args.strategies if s != "unified" and "unified" in args.strategies]
-        pairs += [(s, "eager", s, "graph") for s in args.strategies if graphs]
+        pairs = [("unified", mode, s, mode) for s in args.strategy if s != "unified" and "unified" in args.strategy]
+        pairs += [(s, "eager", s, "graph") for s in args.strategy if graphs]
         for ref_s, ref_m, run_s, run_m in pairs:
             ref, run = checks.get((backend, ref_s, ref_m)), checks.get((backend, run_s, run_m))
             if ref is None or run is None:

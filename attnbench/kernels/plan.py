@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 
 from attnbench.device import point_timeout_s, resolve_device
-from attnbench.errors import AttnbenchError, UsageError
+from attnbench.errors import AttnbenchError, UsageError, check_choices, check_unique
 from attnbench.kernels.backends.registry import EXTRA_BACKEND_ERRORS, REGISTRY, get_backend, resolve_backends
 from attnbench.kernels.inputs import available_host_bytes, host_bytes, input_bytes
 from attnbench.kernels.sweep import SweepPlan
@@ -46,19 +46,23 @@ GiB = 2**30
 
 @dataclass
 class KernelArgs:
-    shapes: list[tuple[int, ...]]  # (heads, dim), or (heads, dim, kv heads) to give a shape its own kv heads
+    """The kernel command's flags, one field per flag under the flag's name; list flags as lists."""
+
+    heads: list[int] | None = None
+    dim: list[int] | None = None
+    shapes: list[tuple[int, ...]] | None = None  # (heads, dim), or (heads, dim, kv heads); over heads x dim
     kv_heads: int | None = None
     tokens: list[int] | None = None  # None: GPU_DEFAULTS or CPU_DEFAULTS
-    kinds: list[str] = ("all",)
-    strategies: list[str] = DEFAULT_STRATEGIES
-    backends: list[str] | None = None
-    modes: list[str] | None = None
+    kind: list[str] = ("all",)
+    strategy: list[str] = DEFAULT_STRATEGIES
+    backend: list[str] | None = None
+    mode: list[str] | None = None
     dtype: str = "bf16"
     block_size: int = 16
     context: str | None = None
-    decode_shares: list[float] = (0.5,)
+    decode_share: list[float] = (0.5,)
     decode_seqs: list[int] | None = None  # mixed: decode sequences beside an N-token chunk, instead of a share
-    prefix_ratios: list[float] = (0.5,)
+    prefix_ratio: list[float] = (0.5,)
     spec_k: int = 4
     prefill_len: int = 512
     causal: bool = True
@@ -68,7 +72,7 @@ class KernelArgs:
     seed: int = 0
     device: str = "auto"
     out: Path | None = None
-    json_rows: bool = False
+    json: bool = False  # --json: each row as a JSON line on stdout
     profile: bool = False
     force: bool = False  # --force: run into a directory that holds attnbench outputs, removing them first
     resume: Path | None = None  # --resume DIR: measure only the points DIR lacks
@@ -91,36 +95,32 @@ def resolve_modes(requested: list[str] | None, device: torch.device) -> list[str
     return modes
 
 
-def check_strategies(strategies: list[str]) -> None:
-    for s in strategies:
-        if s not in STRATEGIES:
-            raise UsageError(f"--strategy: unknown strategy {s!r}; choose {', '.join(STRATEGIES)}")
-
-
-def check_unique(values, flag: str, show=str) -> None:
-    """A list flag names each value once: a repeated value would be measured twice, and two rows
-    with one key make `compare` refuse the directory."""
-    seen = []
-    for value in values:
-        if value in seen:
-            raise UsageError(f"{flag}: {show(value)} is listed twice")
-        seen.append(value)
-
-
 def check_lists(args: KernelArgs) -> None:
-    for values, flag, alone in [(args.kinds, "--kind", "all"), (args.modes or [], "--mode", "both")]:
+    check_choices(args.strategy, STRATEGIES, "--strategy", "strategy")
+    for values, flag, alone in [(args.kind, "--kind", "all"), (args.mode or [], "--mode", "both")]:
         if alone in values and len(values) > 1:
             raise UsageError(f"{flag}: {alone} cannot be combined with other values, got "
                              f"{','.join(map(str, values))}")
-    for values, flag in [(args.tokens or [], "--tokens"), (args.kinds, "--kind"), (args.strategies, "--strategy"),
-                         (args.backends or [], "--backend"), (args.modes or [], "--mode"),
-                         (args.prefix_ratios, "--prefix-ratio"), (args.decode_shares, "--decode-share"),
+    for values, flag in [(args.tokens or [], "--tokens"), (args.kind, "--kind"), (args.strategy, "--strategy"),
+                         (args.backend or [], "--backend"), (args.mode or [], "--mode"),
+                         (args.prefix_ratio, "--prefix-ratio"), (args.decode_share, "--decode-share"),
                          (args.decode_seqs or [], "--decode-seqs")]:
         check_unique(values, flag)
-    check_unique(args.shapes, "--shapes", shape_text)
-    if args.decode_seqs and len(args.decode_shares) > 1:
+    check_unique(sweep_shapes(args), "--shapes", shape_text)
+    if args.decode_seqs and len(args.decode_share) > 1:
         raise UsageError("--decode-share/--decode-seqs: with --decode-seqs the chunk is all N tokens and the "
                          "decode share is not used; give a list of one of them")
+
+
+def sweep_shapes(args: KernelArgs) -> list[tuple[int, ...]]:
+    """The shapes to sweep: --shapes, or the product of --heads and --dim."""
+    if args.shapes:
+        return list(args.shapes)
+    if args.heads is None or args.dim is None:
+        raise UsageError("--heads and --dim: both are needed (or --shapes 32x128,...), e.g. --heads 32 --dim 128")
+    check_unique(args.heads, "--heads")
+    check_unique(args.dim, "--dim")
+    return list(itertools.product(args.heads, args.dim))
 
 
 def shape_text(shape: tuple[int, ...]) -> str:
@@ -173,20 +173,20 @@ def device_need(point: SweepPoint) -> int:
 def build_points(args: KernelArgs) -> list[SweepPoint]:
     """Every (shape, kind, tokens, prefix ratio or decode share / seqs) point; args.tokens and args.context
     must be set."""
-    kinds = list(KINDS) if list(args.kinds) == ["all"] else list(args.kinds)
+    kinds = list(KINDS) if list(args.kind) == ["all"] else list(args.kind)
     for k in kinds:
         if k not in KINDS:
             raise UsageError(f"--kind: unknown kind {k!r}; choose from {', '.join(KINDS)} or all")
     points = []
-    for shape, kind, n in itertools.product(args.shapes, kinds, args.tokens):
+    for shape, kind, n in itertools.product(sweep_shapes(args), kinds, args.tokens):
         heads, dim = shape[:2]
         kv_heads = shape[2] if len(shape) > 2 else heads if args.kv_heads is None else args.kv_heads
-        ratios = args.prefix_ratios if kind == "prefix" else [args.prefix_ratios[0]]
+        ratios = args.prefix_ratio if kind == "prefix" else [args.prefix_ratio[0]]
         # (decode share, decode seqs): only mixed batches are shaped by them
-        mixes = [(args.decode_shares[0], 0)]
+        mixes = [(args.decode_share[0], 0)]
         if kind == "mixed":
-            mixes = ([(args.decode_shares[0], r) for r in args.decode_seqs] if args.decode_seqs else
-                     [(share, 0) for share in args.decode_shares])
+            mixes = ([(args.decode_share[0], r) for r in args.decode_seqs] if args.decode_seqs else
+                     [(share, 0) for share in args.decode_share])
         for ratio, (share, seqs) in itertools.product(ratios, mixes):
             points.append(SweepPoint(
                 kind=kind, num_tokens=n, num_heads=heads, head_dim=dim, num_kv_heads=kv_heads,
@@ -205,7 +205,6 @@ def plan_sweep(args: KernelArgs, machine: bool = True, device: torch.device | No
     device: where the sweep runs (default: args.device); share(points): the points this run
     measures of the sweep's (a shard of them; runs/kernel.py), before memory is looked at.
     """
-    check_strategies(args.strategies)
     check_lists(args)
     device = device or (resolve_device(args.device) if machine else torch.device("cuda"))
     on_cpu = device.type == "cpu"
@@ -220,11 +219,11 @@ def plan_sweep(args: KernelArgs, machine: bool = True, device: torch.device | No
     if not points:
         raise UsageError("--shapes/--tokens: nothing to measure")
     points = share(points) if share else points
-    modes = resolve_modes(args.modes, device)
+    modes = resolve_modes(args.mode, device)
     if not machine:
-        for name in args.backends or []:
+        for name in args.backend or []:
             get_backend(name)  # a known name; whether it can run here is not asked
-        return SweepPlan(tuple(points), tuple(args.backends or ()), tuple(args.strategies), tuple(modes),
+        return SweepPlan(tuple(points), tuple(args.backend or ()), tuple(args.strategy), tuple(modes),
                          TimingConfig(budget_ms=budget, rel_spread=args.rel_spread), str(device),
                          replicates=replicates)
     backends = check_backends(args, points, device)
@@ -233,7 +232,7 @@ def plan_sweep(args: KernelArgs, machine: bool = True, device: torch.device | No
     points = [p for p in points if id(p) not in left_out]
     timing = TimingConfig(cold_l2=args.cold_l2 and not on_cpu, budget_ms=budget, rel_spread=args.rel_spread,
                           warmup_ms=0.0 if on_cpu else 25.0, min_samples=3 if on_cpu else 10)
-    return SweepPlan(tuple(points), tuple(backends), tuple(args.strategies), tuple(modes), timing, str(device),
+    return SweepPlan(tuple(points), tuple(backends), tuple(args.strategy), tuple(modes), timing, str(device),
                      notices=tuple(notices(args, device, backends, modes, unfit)), isolate=args.isolate,
                      point_timeout_s=float(point_timeout), replicates=replicates, unfit=tuple(unfit))
 
@@ -251,14 +250,14 @@ def check_counts(args: KernelArgs, device: torch.device) -> tuple[float, int]:
 
 def check_backends(args: KernelArgs, points: list[SweepPoint], device: torch.device) -> list[str]:
     """The backends that run here; every strategy and every backend the user named can run something."""
-    backends = resolve_backends(args.backends, device)
-    for s in args.strategies:  # a strategy no backend of the run has would only make skipped rows
+    backends = resolve_backends(args.backend, device)
+    for s in args.strategy:  # a strategy no backend of the run has would only make skipped rows
         if not any(s in REGISTRY[b].strategies for b in backends):
             raise UsageError(f"--strategy: none of {', '.join(backends)} has a {s} strategy "
                              f"(see `attnbench backends`)")
-    if args.backends:  # a backend the user named must be able to run something
+    if args.backend:  # a backend the user named must be able to run something
         for name in backends:
-            reasons = [get_backend(name).supports(p, s, device) for p in points for s in args.strategies]
+            reasons = [get_backend(name).supports(p, s, device) for p in points for s in args.strategy]
             if all(reasons):
                 raise UsageError(reasons[0] if reasons[0].startswith("--") else f"--backend: {name}: {reasons[0]}")
     return backends
@@ -278,9 +277,9 @@ def notices(args: KernelArgs, device: torch.device, backends: list[str], modes: 
                     f"{point.num_heads}x{point.head_dim}, {why}): their rows are `skipped` with the reason.")
     if on_cpu and scaled:
         said.append(f"CPU defaults: {' '.join(scaled)} (pass them to choose).")
-    if on_cpu and args.backends is None:
+    if on_cpu and args.backend is None:
         said.append("No GPU: running the reference backend on the CPU (plain torch, perf_counter timing).")
-    elif all(REGISTRY[b].oracle for b in backends) and args.backends is None:
+    elif all(REGISTRY[b].oracle for b in backends) and args.backend is None:
         said.append("No GPU kernel backend is available (see `attnbench backends`): "
                     "timing the reference backend on the GPU.")
     if not on_cpu and "graph" in modes and any(not REGISTRY[b].graph_safe for b in backends):

@@ -128,7 +128,7 @@ class Setup:
 
     @property
     def points(self) -> list[tuple[int, int, int]]:
-        return [(i, o, b) for i, o in self.pairs for b in self.args.batch_sizes]
+        return [(i, o, b) for i, o in self.pairs for b in self.args.batch_size]
 
 
 def check_setup(args: E2EArgs, margs: ModelArgs, path: Path | None, pairs: list[tuple[int, int]],
@@ -141,22 +141,22 @@ def check_setup(args: E2EArgs, margs: ModelArgs, path: Path | None, pairs: list[
         raise UsageError(f"--input-len/--output-len: {max_model_len} tokens exceed {margs.name}'s "
                          f"{margs.max_positions} positions")
     point = attention_point(rank_args(margs, tp.size), dtype_name, args.block_size)  # what one rank holds
-    backends = resolve_backends(args.backends, device)
+    backends = resolve_backends(args.backend, device)
     for b in backends:
-        for strategy in args.strategies:  # every backend runs every strategy: e2e rows are compared pairwise
+        for strategy in args.strategy:  # every backend runs every strategy: e2e rows are compared pairwise
             reason = get_backend(b).supports(point, strategy, device)
             if reason:
                 raise UsageError(reason if reason.startswith("--") else f"--backend: {b} cannot run {margs.name} here: {reason}")
-    max_bs = max(args.batch_sizes)
+    max_bs = max(args.batch_size)
     none_by = "--eager" if args.eager else "--cudagraph none"
     choices = {b: choose_graphs(get_backend(b), cudagraph_of(args), device.type, max_bs, margs.n_layer,
                                 args.graph_policy, none_by) for b in backends}
-    runs_at_once = len(backends) * len(args.strategies) * (2 if any(c.cudagraph != GraphMode.NONE
+    runs_at_once = len(backends) * len(args.strategy) * (2 if any(c.cudagraph != GraphMode.NONE
                                                                      for c in choices.values()) else 1)
     elt = torch.empty((), dtype=torch_dtype(dtype_name)).element_size()
     parts = estimate_bytes(rank_args(margs, tp.size), elt, max_bs, max_model_len, args.block_size,
-                           args.chunk_size or max(b * i for b in args.batch_sizes for i, _ in pairs),
-                           max(b * o for b in args.batch_sizes for _, o in pairs) * runs_at_once)
+                           args.chunk_size or max(b * i for b in args.batch_size for i, _ in pairs),
+                           max(b * o for b in args.batch_size for _, o in pairs) * runs_at_once)
     agree(tp, lambda: check_fits(parts, args.model, device))
     return Setup(args, margs, path, pairs, tp, device, dtype_name, max_model_len, point, backends, choices, parts)
 
@@ -193,7 +193,7 @@ def open_run(setup: Setup, command: list[str], console: Console, stack: ExitStac
         if old_env["e2e"].get("tp", {}).get("size", 1) != setup.tp.size:
             raise UsageError(f"--resume: {run.path} was measured at --tp {old_env['e2e']['tp']['size']}")
         earlier = run.read_rows()
-        done = KEY.completed(earlier, {(b, s) for b in setup.backends for s in args.strategies})
+        done = KEY.completed(earlier, {(b, s) for b in setup.backends for s in args.strategy})
         rows = [r for r in earlier if point_key(r) in done]
         agreements = [a for a in previous_agreements(run.path) if point_key(a) in done]
         console.print(f"resuming {run.path}: {len(done & {point_key(dict(zip(E2E_POINT, p))) for p in points})} "
@@ -210,7 +210,7 @@ def run_ranks(args: E2EArgs, console: Console, command: list[str], margs: ModelA
         run, env, rows, agreements, points = from_leader(tp, lambda: open_run(setup, command, console, stack))
         on = f"{tp.size} x {setup.gpu_name or 'cpu'} (TP {tp.size})" if tp.size > 1 else setup.gpu_name or "cpu"
         console.print(f"{margs.name} ({margs.num_params / 1e9:.2f} B params, {setup.dtype_name}) on {on}: "
-                      f"{len(points)} points x {len(setup.backends)} backend(s) x {len(args.strategies)} strategies "
+                      f"{len(points)} points x {len(setup.backends)} backend(s) x {len(args.strategy)} strategies "
                       f"-> {run.path}")
         stopped, finished = measure_points(setup, run, env, rows, agreements, points, console)
         if tp.leader:
@@ -232,7 +232,7 @@ def measure_points(setup: Setup, run: RunDir, env: dict, rows: list[dict], agree
     """Measure each point, adding to `rows` and `agreements` (rank 0 saves them after each point);
     (the interrupt that stopped the run or None, points finished)."""
     args, tp, margs = setup.args, setup.tp, setup.margs
-    spec = ModelSpec(margs, setup.path, setup.dtype_name, setup.device, args.seed, max(args.batch_sizes),
+    spec = ModelSpec(margs, setup.path, setup.dtype_name, setup.device, args.seed, max(args.batch_size),
                      setup.max_model_len, args.block_size, args.chunk_size, tp)
     base = cells(E2ERun(margs.name, round(margs.num_params / 1e9, 3), setup.dtype_name, args.block_size,
                         args.chunk_size or 0, setup.device.type, setup.gpu_name or "cpu", tp.size, args.warmup,

@@ -140,7 +140,7 @@ def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
                       f"strategies x {len(plan.modes)} mode(s) on {where} -> {out_dir}")
         stopped: BaseException | None = None
         try:
-            stopped = sweep_into(writer.write_many, plan, gpu_name, console, args.json_rows, out_dir,
+            stopped = sweep_into(writer.write_many, plan, gpu_name, console, args.json, out_dir,
                                  env.get("devices"))
         except ContextDied as died:
             stopped = died

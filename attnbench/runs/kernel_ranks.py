@@ -150,7 +150,7 @@ def measure(run: RankRun, args: KernelArgs, console: Console) -> Path | None:
     start, stopped = time.monotonic(), None
     try:
         stopped = sweep_into(writer.write_many if writer else report["rows"].extend, plan, run.gpu, console,
-                             args.json_rows, run.out_dir)
+                             args.json, run.out_dir)
         report["stopped"] = signal_of(stopped)[0] if stopped else None
     except Exception as exc:  # noqa: BLE001  the rank's failure goes to rank 0 with its rows
         report["error"] = f"{type(exc).__name__}: {exc}"
