@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from attnbench.cli import flags, scenario
+from attnbench.cli import run as run_cmd
 from attnbench.kernels import plan as kernel_plan
 from attnbench.runs import scenario as scenario_job
 from attnbench.results import files as report
