@@ -1,0 +1,71 @@
+"""`attnbench doctor`: typed flags in, the environment and one verdict line per backend out (runs/doctor.py does the work)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.text import Text
+
+from attnbench.cli.common import command_line, user_errors
+from attnbench.cli.flags import parse_list
+from attnbench.console import make_console
+from attnbench.device import resolve_device
+from attnbench.runs.doctor import (
+    Verdict,
+    check_json_path,
+    clocks_line,
+    environment,
+    environment_lines,
+    run_doctor,
+    write_json,
+)
+
+STYLES = {"ok": "green", "FAIL": "bold red", "skipped": "yellow"}
+
+
+def doctor(
+    device: Annotated[str, typer.Option(help="auto, cuda, cuda:N or cpu. Example: --device cpu")] = "auto",
+    backend: Annotated[Optional[str], typer.Option(help="Check only these backends (default: every one, opt-in ones too). Example: --backend vllm-fa2,flex")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the whole report (environment, every row checked) as JSON to this new file; an existing path is refused. Example: --json doctor.json")] = None,
+) -> None:
+    """Check this machine: report the driver, CUDA, torch, GPUs, clocks (now and max, persistence
+    mode, whether clocks are locked) and each backend's library and version or why it is missing;
+    then check every available backend x strategy x mode (eager, and graph where the backend is
+    graph-safe) against the float32 reference on a small decode, prefill and mixed batch, and on a
+    GPU run verify's safe-policy replays for graph-safe backends.
+
+    Prints one line per backend (ok with what it checked, FAIL with the first failing row, or
+    skipped with the reason), then a summary. Exit 1 when anything checked is wrong. Takes well
+    under a minute on the CPU (the reference and the backends that run there) and a few minutes
+    on a GPU, plus any first-use compile of a kernel library (FA2's PTX on Hopper, FlashInfer's
+    modules).
+
+    Example: attnbench doctor --json doctor.json
+    """
+    console = make_console()
+    with user_errors(console):
+        dev = resolve_device(device)
+        if json_path is not None:
+            check_json_path(json_path)
+        names = parse_list(backend, "--backend", str) if backend else None
+        env = environment(command_line())
+        for line in environment_lines(env):
+            console.print(line, markup=False, highlight=False)
+        report = run_doctor(dev, env, names, lambda verdict: console.print(styled(verdict)))
+        for line in filter(None, (clocks_line(env), report.cpu_note())):
+            console.print(line, markup=False, highlight=False)
+        if json_path is not None:
+            write_json(report, json_path)
+    console.print(report.summary(), markup=False, highlight=False)
+    if report.failed:
+        raise typer.Exit(1)
+
+
+def styled(verdict: Verdict) -> Text:
+    """The verdict's line, its status coloured."""
+    text = Text(verdict.line())
+    start = len(verdict.line()) - len(verdict.detail) - len(verdict.status) - 2
+    text.stylize(STYLES[verdict.status], start, start + len(verdict.status))
+    return text
