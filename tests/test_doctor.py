@@ -5,6 +5,7 @@ so this module imports little at the top: a doctor process imports it while the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnbench.kernels.backends.base import Plan
 from attnbench.kernels.backends.reference import ReferenceBackend
 
 pytest_plugins = ["fake_backends"]
@@ -22,31 +24,23 @@ WRONG = "test_doctor:OffByConstantBackend,test_doctor:NaNBackend"
 
 
 class _Spoiled(ReferenceBackend):
-    """The reference, with every launch's output spoiled after it is written."""
+    """The reference, with one more launch in every plan: it spoils the output the others wrote."""
 
     oracle = False
 
-    def spoil(self, out: torch.Tensor) -> None:
+    def spoil(self, q, k_cache, v_cache, out: torch.Tensor) -> None:
         raise NotImplementedError
 
-    def _wrap(self, launch):
-        def run(q, k_cache, v_cache, out):
-            launch(q, k_cache, v_cache, out)
-            self.spoil(out)
-        return run
-
-    def plan_varlen(self, point, md):
-        return self._wrap(super().plan_varlen(point, md))
-
-    def plan_kvcache(self, point, md):
-        return self._wrap(super().plan_kvcache(point, md))
+    def plan(self, strategy, point, metadata) -> Plan:
+        plan = super().plan(strategy, point, metadata)
+        return dataclasses.replace(plan, launches=(*plan.launches, self.spoil))
 
 
 class OffByConstantBackend(_Spoiled):
     name = "test-off"
     description = "test only: the reference's output plus 0.5"
 
-    def spoil(self, out: torch.Tensor) -> None:
+    def spoil(self, q, k_cache, v_cache, out: torch.Tensor) -> None:
         out.add_(0.5)
 
 
@@ -54,7 +48,7 @@ class NaNBackend(_Spoiled):
     name = "test-nan"
     description = "test only: NaN everywhere"
 
-    def spoil(self, out: torch.Tensor) -> None:
+    def spoil(self, q, k_cache, v_cache, out: torch.Tensor) -> None:
         out.fill_(float("nan"))
 
 

@@ -1,4 +1,7 @@
-"""`attnbench doctor`: typed flags in, the environment and one verdict line per backend out (runs/doctor.py does the work)."""
+"""`attnbench doctor`: typed flags in; the environment and one verdict line per backend out.
+
+runs/doctor.py does the work; this prints each verdict as it is made and sets the exit code.
+"""
 
 from __future__ import annotations
 

@@ -37,8 +37,7 @@ from attnbench.results.env import collect
 from attnbench.results.telemetry import gpu_telemetry, summarize
 from attnbench.workers import pool
 
-# (heads, kv heads, head dim): GQA at 64, one KV head per query head at 128; a backend is checked
-# on the first of them it supports
+# (heads, kv heads, head dim): GQA at 64, MHA at 128; a backend is checked on the first it supports
 SHAPES = ((8, 2, 64), (4, 4, 128))
 POINTS = (("decode", 8), ("prefill", 32), ("mixed", 24))  # (batch kind, query tokens)
 CONTEXT = "uniform:16:128"  # varied short contexts: several pages, partly filled last pages
@@ -87,16 +86,15 @@ class Report:
 
     def cpu_note(self) -> str | None:
         """On the CPU, the one line that says what was not checked."""
-        if self.device != "cpu":
-            return None
         why = "--device cpu" if torch.cuda.is_available() else "no GPU visible"
-        return (f"ran on the CPU ({why}): GPU kernel backends were not checked; run `attnbench doctor` "
-                "on a GPU machine for them")
+        return None if self.device != "cpu" else (f"ran on the CPU ({why}): GPU kernel backends were not checked; "
+                                                  "run `attnbench doctor` on a GPU machine for them")
 
     def summary(self) -> str:
-        counts = {status: sum(v.status == status for v in self.verdicts) for status in ("ok", "FAIL", "skipped")}
+        counts = ", ".join(f"{sum(v.status == status for v in self.verdicts)} {status}"
+                           for status in ("ok", "FAIL", "skipped"))
         verdict = "something is wrong (exit 1)" if self.failed else "nothing checked is wrong"
-        return f"doctor: {counts['ok']} ok, {counts['FAIL']} FAIL, {counts['skipped']} skipped on {self.device}: {verdict}"
+        return f"doctor: {counts} on {self.device}: {verdict}"
 
     def to_json(self) -> dict:
         return {"device": self.device, "environment": self.environment,
@@ -182,10 +180,18 @@ def sweep_plan(backend: Backend, points: list[SweepPoint], device: torch.device)
                      ("eager", "graph") if graph else ("eager",), timing, str(device))
 
 
+def shape_text(row: dict) -> str:
+    return f"{row['num_heads']}/{row['num_kv_heads']}x{row['head_dim']}"
+
+
 def row_text(row: dict) -> str:
-    shape = f"{row['num_heads']}/{row['num_kv_heads']}x{row['head_dim']}"
     where = " ".join(filter(None, (row.get("strategy"), row.get("mode"))))
-    return f"{row['kind']} N={row['num_tokens']} {shape}{' ' + where if where else ''}: {row.get('reason') or ''}"
+    return f"{row['kind']} N={row['num_tokens']} {' '.join(filter(None, (shape_text(row), where)))}: {row.get('reason')}"
+
+
+def listed(rows: list[dict], key: str) -> str:
+    """The rows' distinct values of `key`, in order."""
+    return ", ".join(dict.fromkeys(str(r[key]) for r in rows))
 
 
 def sweep_verdict(backend: Backend, library: str, rows: list[dict]) -> Verdict:
@@ -197,10 +203,8 @@ def sweep_verdict(backend: Backend, library: str, rows: list[dict]) -> Verdict:
         return Verdict(backend.name, library, "FAIL", f"{bad[0]['verdict']} at {row_text(bad[0])}", rows)
     if not passed:
         return Verdict(backend.name, library, "skipped", skipped[0]["reason"] if skipped else "no rows", rows)
-    first = passed[0]
-    detail = (f"{len(passed)} rows ({', '.join(dict.fromkeys(r['kind'] for r in passed))} at {first['num_heads']}/"
-              f"{first['num_kv_heads']}x{first['head_dim']}; {', '.join(dict.fromkeys(r['strategy'] for r in passed))}; "
-              f"{', '.join(dict.fromkeys(r['mode'] for r in passed))})")
+    detail = (f"{len(passed)} rows ({listed(passed, 'kind')} at {shape_text(passed[0])}; {listed(passed, 'strategy')}; "
+              f"{listed(passed, 'mode')})")
     if skipped:
         detail += f", {len(skipped)} skipped ({skipped[0]['reason']})"
     return Verdict(backend.name, library, "ok", detail, rows)
