@@ -17,6 +17,7 @@ from attnbench.console import make_console
 from attnbench.device import resolve_device
 from attnbench.runs.doctor import (
     Verdict,
+    backend_names,
     check_json_path,
     clocks_line,
     environment,
@@ -33,17 +34,11 @@ def doctor(
     backend: Annotated[Optional[str], typer.Option(help="Check only these backends (default: every one, opt-in ones too). Example: --backend vllm-fa2,flex")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the whole report (environment, every row checked) as JSON to this new file; an existing path is refused. Example: --json doctor.json")] = None,
 ) -> None:
-    """Check this machine: report the driver, CUDA, torch, GPUs, clocks (now and max, persistence
-    mode, whether clocks are locked) and each backend's library and version or why it is missing;
-    then check every available backend x strategy x mode (eager, and graph where the backend is
-    graph-safe) against the float32 reference on a small decode, prefill and mixed batch, and on a
-    GPU run verify's safe-policy replays for graph-safe backends.
+    """Check this machine: its environment, and every available backend against the float32 reference.
 
-    Prints one line per backend (ok with what it checked, FAIL with the first failing row, or
-    skipped with the reason), then a summary. Exit 1 when anything checked is wrong. Takes well
-    under a minute on the CPU (the reference and the backends that run there) and a few minutes
-    on a GPU, plus any first-use compile of a kernel library (FA2's PTX on Hopper, FlashInfer's
-    modules).
+    Reports the driver, CUDA, torch, the GPUs, SM clocks (now and max), persistence mode, whether clocks are locked, and each kernel library's version or why it is missing. Then checks every available backend x strategy x mode (eager, and graph where the backend is graph-safe) on a small decode, prefill and mixed batch, and on a GPU runs verify's safe-policy replays of graph-safe backends. Prints one line per backend (ok with what it checked, FAIL with the first failing row, skipped with the reason) and a summary; exit 1 when anything checked is wrong.
+
+    Takes well under a minute on the CPU (the reference and the backends that run there) and a few minutes on a GPU, plus any first-use compile of a kernel library (FA2's PTX on Hopper, FlashInfer's modules).
 
     Example: attnbench doctor --json doctor.json
     """
@@ -52,7 +47,7 @@ def doctor(
         dev = resolve_device(device)
         if json_path is not None:
             check_json_path(json_path)
-        names = parse_list(backend, "--backend", str) if backend else None
+        names = backend_names(parse_list(backend, "--backend", str) if backend else None)
         env = environment(command_line())
         for line in environment_lines(env):
             console.print(line, markup=False, highlight=False)

@@ -263,11 +263,9 @@ def backend_names(requested: list[str] | None) -> list[str]:
     return list(requested or REGISTRY)
 
 
-def run_doctor(device: torch.device, env: dict, requested: list[str] | None,
-               on_verdict: Callable[[Verdict], None]) -> Report:
-    """Check each backend in turn (on_verdict hears each verdict as it is made); stop checking at a
-    dead CUDA context, whose cause is the backend that just ran."""
-    names = backend_names(requested)
+def run_doctor(device: torch.device, env: dict, names: list[str], on_verdict: Callable[[Verdict], None]) -> Report:
+    """Check each backend named (backend_names) in turn, on_verdict hearing each verdict as it is
+    made; stop checking at a dead CUDA context, whose cause is the backend that just ran."""
     verdicts = [Verdict("ATTNBENCH_EXTRA_BACKENDS", "", "FAIL", error) for error in EXTRA_BACKEND_ERRORS]
     for verdict in verdicts:
         on_verdict(verdict)
