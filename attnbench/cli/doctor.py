@@ -43,6 +43,10 @@ def doctor(
     Example: attnbench doctor --json doctor.json
     """
     console = make_console()
+
+    def say(line: str | Text) -> None:  # as text, one line whatever the terminal's width
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
     with user_errors(console):
         dev = resolve_device(device)
         if json_path is not None:
@@ -50,13 +54,13 @@ def doctor(
         names = backend_names(parse_list(backend, "--backend", str) if backend else None)
         env = environment(command_line())
         for line in environment_lines(env):
-            console.print(line, markup=False, highlight=False)
-        report = run_doctor(dev, env, names, lambda verdict: console.print(styled(verdict)))
+            say(line)
+        report = run_doctor(dev, env, names, lambda verdict: say(styled(verdict)))
         for line in filter(None, (clocks_line(env), report.cpu_note())):
-            console.print(line, markup=False, highlight=False)
+            say(line)
         if json_path is not None:
             write_json(report, json_path)
-    console.print(report.summary(), markup=False, highlight=False)
+    say(report.summary())
     if report.failed:
         raise typer.Exit(1)
 

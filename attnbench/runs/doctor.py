@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from attnbench.device import device_name
+from attnbench.device import device_name, select
 from attnbench.errors import UsageError, error_reason
 from attnbench.kernels.backends.base import Backend
 from attnbench.kernels.backends.registry import EXTRA_BACKEND_ERRORS, REGISTRY, get_backend
@@ -269,14 +269,14 @@ def run_doctor(device: torch.device, env: dict, names: list[str], on_verdict: Ca
     verdicts = [Verdict("ATTNBENCH_EXTRA_BACKENDS", "", "FAIL", error) for error in EXTRA_BACKEND_ERRORS]
     for verdict in verdicts:
         on_verdict(verdict)
-    dead = None
+    dead, gpu_name = None, device_name(select(device))  # events and graphs are made on the current device
     with gpu_telemetry(str(device), None) as sampler:
         for name in names:
             if dead is not None:
                 verdict = Verdict(name, "", "skipped", f"not checked: the CUDA context died in {dead}'s checks; "
                                                        f"check it alone with --backend {name}")
             else:
-                verdict = check_backend(REGISTRY[name], device, device_name(device))
+                verdict = check_backend(REGISTRY[name], device, gpu_name)
                 if not pool.cuda_healthy():  # looked up at call time: a test-only backend may replace it
                     dead = name
                     verdict.status, verdict.detail = "FAIL", f"the CUDA context died in its checks: {verdict.detail}"
