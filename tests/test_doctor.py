@@ -73,10 +73,21 @@ def wrong_backends():
     registry.REGISTRY.update(before)
 
 
+def doctor_process(*args: str, gpu: bool = False, **env: str) -> subprocess.CompletedProcess:
+    """`attnbench doctor` in a process of its own (on the CPU unless `gpu`): as a user runs it, and
+    torch.compile's caches (flex goes through dynamo) stay out of the other tests' process."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+           **({} if gpu else {"CUDA_VISIBLE_DEVICES": ""}), **env}
+    return subprocess.run([sys.executable, "-m", "attnbench", "doctor", *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=900 if gpu else 300)
+
+
 @pytest.fixture(scope="module")
 def cpu_run():
     """The whole doctor, every backend, on the CPU."""
-    return invoke("--device", "cpu")
+    done = doctor_process()
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
 
 
 def line_of(output: str, backend: str) -> str:
@@ -86,29 +97,25 @@ def line_of(output: str, backend: str) -> str:
 
 
 def test_on_the_cpu_the_reference_is_ok_and_doctor_exits_0(cpu_run):
-    assert cpu_run.exit_code == 0, cpu_run.output
-    reference = line_of(cpu_run.output, "reference")
+    assert cpu_run.returncode == 0, cpu_run.stdout + cpu_run.stderr
+    reference = line_of(cpu_run.stdout, "reference")
     assert " ok: 6 rows (decode, prefill, mixed" in reference and "unified, split; eager" in reference
-    assert "ran on the CPU" in cpu_run.output and "GPU kernel backends were not checked" in cpu_run.output
-    assert cpu_run.output.strip().splitlines()[-1].startswith("doctor: ")
-    assert "Traceback" not in cpu_run.output
+    assert "ran on the CPU" in cpu_run.stdout and "GPU kernel backends were not checked" in cpu_run.stdout
+    assert cpu_run.stdout.strip().splitlines()[-1].startswith("doctor: ")
 
 
 def test_every_backend_gets_one_line_and_the_environment_comes_first(cpu_run):
     from attnbench.kernels.backends import registry
 
     for name in registry.REGISTRY:
-        assert line_of(cpu_run.output, name).split()[-1]  # ok, FAIL or skipped with what or why
-    first = cpu_run.output.splitlines()
+        assert line_of(cpu_run.stdout, name).split()[-1]  # ok, FAIL or skipped with what or why
+    first = cpu_run.stdout.splitlines()
     for name in ("attnbench", "torch", "driver", "GPU", "SM clock", "persistence", "clocks locked"):
         assert any(line.startswith(name) for line in first[:12]), name
 
 
 def test_wrong_backends_named_through_the_environment_fail_and_exit_1():
-    env = {**os.environ, "ATTNBENCH_EXTRA_BACKENDS": WRONG, "CUDA_VISIBLE_DEVICES": "",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
-    done = subprocess.run([sys.executable, "-m", "attnbench", "doctor", "--backend", "reference,test-off,test-nan"],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    done = doctor_process("--backend", "reference,test-off,test-nan", ATTNBENCH_EXTRA_BACKENDS=WRONG)
     assert done.returncode == 1, done.stdout + done.stderr
     assert " ok: " in line_of(done.stdout, "reference")
     off, nan = line_of(done.stdout, "test-off"), line_of(done.stdout, "test-nan")
@@ -213,8 +220,8 @@ def test_locked_clocks_are_said():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_the_gpu_every_available_backend_passes(tmp_path):
     path = tmp_path / "doctor.json"
-    result = invoke("--json", str(path))
-    assert result.exit_code == 0, result.output
+    done = doctor_process("--json", str(path), gpu=True)
+    assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(path.read_text())
     assert report["device"].startswith("cuda")
     statuses = {b["backend"]: b["status"] for b in report["backends"]}
