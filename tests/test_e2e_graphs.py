@@ -202,7 +202,7 @@ GPU_BACKENDS = backend_params("vllm-fa2", "vllm-fa3")
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
 class TestFullGraphsOnTheGPU:
-    """Full graphs on a GPU against eager tokens (run on the H200 through benchmarks/gpu_verify.sh)."""
+    """Full graphs on a GPU against eager tokens."""
 
     pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -187,7 +187,7 @@ GPU_BACKENDS = backend_params("vllm-fa2", "vllm-fa3", "flashinfer")
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
 class TestPiecewiseGraphsOnTheGPU:
-    """Piecewise graphs on a GPU against eager tokens (run on the H200 through benchmarks/gpu_verify.sh)."""
+    """Piecewise graphs on a GPU against eager tokens."""
 
     pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

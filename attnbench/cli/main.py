@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import typer
 from typer.core import TyperGroup
 
-from attnbench.cli import calibrate, e2e, kernel, merge, results, run, verify
+from attnbench.cli import calibrate, doctor, e2e, kernel, merge, results, run, verify
 from attnbench.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, print_error
 from attnbench.errors import AttnbenchError
 
@@ -80,6 +80,7 @@ app.command()(results.export)
 app.command()(results.plot)
 app.command()(merge.merge)
 app.command()(verify.verify)
+app.command()(doctor.doctor)
 app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(calibrate.calibrate)
 
 
