@@ -12,6 +12,7 @@ adds the page to the build.
 from __future__ import annotations
 
 import importlib
+import re
 from typing import Any
 
 APP = "attnbench.cli.main:app"
@@ -57,9 +58,21 @@ def default_text(param: Any) -> str:
     return f"`{default}`"
 
 
+CODE_SPAN = re.compile(r"(`[^`]*`)")
+PLAIN_ESCAPES = {"<": "&lt;", ">": "&gt;", "*": "\\*", "_": "\\_", "|": "\\|"}
+
+
+def escape_markdown(text: str) -> str:
+    """Help text as literal Markdown: `<time>` must not read as an HTML tag, nor `*` as emphasis.
+    Code spans stay as they are (only a pipe is escaped there, for tables)."""
+    parts = CODE_SPAN.split(text)
+    return "".join(part.replace("|", "\\|") if part.startswith("`")
+                   else "".join(PLAIN_ESCAPES.get(char, char) for char in part) for part in parts)
+
+
 def cell(text: str | None) -> str:
     """Text made safe for one Markdown table cell."""
-    return " ".join((text or "").split()).replace("|", "\\|")
+    return escape_markdown(" ".join((text or "").split()))
 
 
 def param_names(param: Any) -> str:
@@ -71,7 +84,7 @@ def param_names(param: Any) -> str:
 
 def command_section(name: str, command: Any) -> list[str]:
     """One command: its help text, then a table of its parameters."""
-    lines = [f"## `attnbench {name}`", "", (command.help or "").strip(), ""]
+    lines = [f"## `attnbench {name}`", "", escape_markdown((command.help or "").strip()), ""]
     params = visible_params(command)
     if not params:
         return [*lines, "No options.", ""]
@@ -88,7 +101,7 @@ def cli_reference_markdown(app: Any | None = None) -> str:
     lines = ["# Command reference", "",
              "Generated from the command-line app at build time: every command, its help text and "
              "every option with its type and default. `attnbench COMMAND --help` prints the same.",
-             "", (root.help or "").strip(), ""]
+             "", escape_markdown((root.help or "").strip()), ""]
     for name in sorted(root.commands):
         command = root.commands[name]
         if not getattr(command, "hidden", False):
