@@ -51,8 +51,10 @@ def default_text(param: Any) -> str:
     if getattr(param, "required", False):
         return "required"
     default = param.default
-    if getattr(param, "is_flag", False) and param.secondary_opts:
-        return param.opts[0] if default else param.secondary_opts[0]
+    if getattr(param, "is_flag", False):
+        if param.secondary_opts:
+            return f"`{param.opts[0] if default else param.secondary_opts[0]}`"
+        return "on" if default else "off"
     if default is None or default == "" or callable(default):
         return "-"
     return f"`{default}`"
