@@ -1,0 +1,90 @@
+"""The documentation keeps its promises: a short README, no references to files a user does not
+have, a command reference that lists every command and flag of the live app, and every page of
+docs/ reachable from the site's nav (MkDocs' strict build, run by .ci/run, checks links too)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import typer.main
+
+from attnbench.cli.main import app
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+OUTSIDE_REFERENCES = ("KERNELS.md", "../shared")
+
+
+def load_generator():
+    """docs/hooks/cli_reference.py, imported by path (docs/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("cli_reference", DOCS / "hooks" / "cli_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def mentions_outside(paths: list[Path]) -> list[str]:
+    """`path: reference` for each file that names a file outside the repository."""
+    return [f"{path.relative_to(ROOT)}: {ref}" for path in paths for ref in OUTSIDE_REFERENCES
+            if ref in path.read_text(encoding="utf-8")]
+
+
+def test_readme_is_at_most_250_lines():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines; move detail into docs/"
+
+
+def test_readme_keeps_the_two_commands_that_ci_runs():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    test_command = '.venv/bin/pip install -e ".[test]" && .venv/bin/python -m pytest -q'
+    assert test_command in readme
+    assert ".venv/bin/attnbench kernel --heads 32 --dim 128" in readme
+    assert ".venv/bin/python -m pytest -q" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def test_docs_do_not_mention_files_outside_the_repository():
+    paths = [ROOT / "README.md", *DOCS.rglob("*.md"), *DOCS.rglob("*.py")]
+    assert mentions_outside(paths) == []
+
+
+def test_source_does_not_mention_files_outside_the_repository():
+    found = mentions_outside(sorted((ROOT / "attnbench").rglob("*.py")))
+    assert found == [], ("attnbench/ names files a user does not have (the lanes restructuring "
+                         f"attnbench/ remove these; the docs lane does not edit code): {found}")
+
+
+def test_generated_reference_lists_every_command_and_flag():
+    page = load_generator().cli_reference_markdown(app)
+    root = typer.main.get_command(app)
+    assert root.commands, "the app has no commands"
+    for name, command in root.commands.items():
+        if getattr(command, "hidden", False):
+            continue
+        assert f"## `attnbench {name}`" in page, f"command {name} missing from the reference"
+        for param in command.params:
+            if getattr(param, "hidden", False):
+                continue
+            if param.param_type_name == "argument":
+                assert f"`{param.name.upper()}`" in page, f"{name}: argument {param.name} missing"
+                continue
+            for flag in [*param.opts, *param.secondary_opts]:
+                assert f"`{flag}`" in page, f"{name}: flag {flag} missing from the reference"
+
+
+def test_reference_escapes_what_markdown_would_eat():
+    generator = load_generator()
+    assert generator.escape_markdown("results/<time>-kernel, a*b, x|y") == \
+        "results/&lt;time&gt;-kernel, a\\*b, x\\|y"
+    assert generator.escape_markdown("`a_b<c>`") == "`a_b<c>`"
+
+
+def test_every_page_is_in_the_nav():
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    in_nav = set(re.findall(r":\s*([\w./-]+\.md)\s*$", config, flags=re.MULTILINE))
+    generated = {load_generator().PAGE}
+    pages = {path.relative_to(DOCS).as_posix() for path in DOCS.rglob("*.md")}
+    assert pages - in_nav == set(), "pages missing from mkdocs.yml's nav"
+    assert in_nav - pages - generated == set(), "nav entries without a page"
+    assert generated <= in_nav
