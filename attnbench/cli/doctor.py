@@ -12,7 +12,7 @@ import typer
 from rich.text import Text
 
 from attnbench.cli.common import command_line, user_errors
-from attnbench.cli.flags import parse_list
+from attnbench.cli.options import Device, list_of
 from attnbench.console import make_console
 from attnbench.device import resolve_device
 from attnbench.runs.doctor import (
@@ -30,8 +30,8 @@ STYLES = {"ok": "green", "FAIL": "bold red", "skipped": "yellow"}
 
 
 def doctor(
-    device: Annotated[str, typer.Option(help="auto, cuda, cuda:N or cpu. Example: --device cpu")] = "auto",
-    backend: Annotated[Optional[str], typer.Option(help="Check only these backends (default: every one, opt-in ones too). Example: --backend vllm-fa2,flex")] = None,
+    device: Device = "auto",
+    backend: Annotated[Optional[list], typer.Option(parser=list_of(str, "--backend", optional=True), help="Check only these backends (default: every one, opt-in ones too). Example: --backend vllm-fa2,flex")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the whole report (environment, every row checked) as JSON to this new file; an existing path is refused. Example: --json doctor.json")] = None,
 ) -> None:
     """Check this machine: its environment, and every available backend against the float32 reference.
@@ -51,7 +51,7 @@ def doctor(
         dev = resolve_device(device)
         if json_path is not None:
             check_json_path(json_path)
-        names = backend_names(parse_list(backend, "--backend", str) if backend else None)
+        names = backend_names(backend)
         env = environment(command_line())
         for line in environment_lines(env):
             say(line)

@@ -11,8 +11,8 @@ kernels.rows.cells turns the dataclasses into one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import ClassVar
 
+from attnbench.kernels.rows import Sparse
 from attnbench.kernels.workload import KEY, LABEL, OLDER_FILES
 
 
@@ -65,11 +65,9 @@ class E2EHead:
 
 
 @dataclass(frozen=True)
-class E2EMeasures:
+class E2EMeasures(Sparse):
     """What a row measured and concluded; None is a column this part does not fill (a failed row
     leaves it blank; run_metrics leaves the graph counts the runner already set)."""
-
-    sparse: ClassVar[bool] = True
 
     graphs: int | None = None
     graph_mem_mb: float | None = None

@@ -8,7 +8,9 @@ bf16/fp16 tensor-core rate without sparsity, HBM bandwidth); a GPU not in the ta
 
 from __future__ import annotations
 
+import csv
 import re
+from importlib import resources
 
 from attnbench.kernels.workload import Batch, SweepPoint
 
@@ -16,21 +18,16 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2}
 PLAUSIBLE_PCT = 110.0  # of a datasheet peak: boost clocks and rounding, not more
 FROM_MEMORY_BYTES = 512e6  # more than any GPU's L2 holds: that many bytes come from HBM at least once
 
-# name substring -> (dense bf16 TFLOP/s, memory TB/s, source)
-PEAKS: dict[str, tuple[float, float, str]] = {
-    "H200": (989.0, 4.8, "NVIDIA H200 datasheet (SXM)"),
-    "H100 SXM": (989.0, 3.35, "NVIDIA H100 datasheet (SXM5)"),
-    "H100 80GB HBM3": (989.0, 3.35, "NVIDIA H100 datasheet (SXM5)"),
-    "H100 PCIe": (756.0, 2.0, "NVIDIA H100 datasheet (PCIe)"),
-    "H100 NVL": (835.0, 3.9, "NVIDIA H100 NVL datasheet"),
-    "A100-SXM4-80GB": (312.0, 2.039, "NVIDIA A100 datasheet (SXM4 80GB)"),
-    "A100-SXM4-40GB": (312.0, 1.555, "NVIDIA A100 datasheet (SXM4 40GB)"),
-    "A100 80GB PCIe": (312.0, 1.935, "NVIDIA A100 datasheet (PCIe 80GB)"),
-    "L40S": (362.0, 0.864, "NVIDIA L40S datasheet"),
-    "A10G": (125.0, 0.6, "NVIDIA A10G (AWS) datasheet"),
-    "L4": (121.0, 0.3, "NVIDIA L4 datasheet"),
-    "RTX 4090": (165.2, 1.008, "NVIDIA Ada whitepaper (RTX 4090, FP32 accumulate)"),
-}
+
+def _load_peaks() -> dict[str, tuple[float, float, str]]:
+    """name substring -> (dense bf16 TFLOP/s, memory TB/s, source), from peaks.csv beside this file:
+    datasheet figures are data, kept out of the code."""
+    text = resources.files("attnbench.kernels").joinpath("peaks.csv").read_text()
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    return {row["name"]: (float(row["tflops"]), float(row["tbps"]), row["source"]) for row in csv.DictReader(lines)}
+
+
+PEAKS = _load_peaks()
 
 
 def attended_pairs(query_len: int, kv_len: int, causal: bool) -> int:

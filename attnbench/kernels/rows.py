@@ -49,11 +49,16 @@ class RunColumns:
     l2: str | None = field(default=None, metadata={KEY: True, LABEL: "{}-L2"})
 
 
-@dataclass(frozen=True)
-class Measurement:
-    """What a row measured and concluded; None is a column the row leaves blank (a skip, an error)."""
+class Sparse:
+    """A row part whose None fields are columns it does not fill: cells() leaves them out, so the
+    row dict it updates keeps what it had (a skip's blank measures, the runner's graph counts)."""
 
-    sparse: ClassVar[bool] = True  # a None field is one the row leaves as it is (cells)
+    sparse: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class Measurement(Sparse):
+    """What a row measured and concluded; None is a column the row leaves blank (a skip, an error)."""
 
     median_ms: float | None = None
     p10_ms: float | None = None
@@ -83,10 +88,8 @@ class Measurement:
 
 
 @dataclass(frozen=True)
-class Clocks:
+class Clocks(Sparse):
     """The GPU while the row was timed (results/telemetry.py samples it)."""
-
-    sparse: ClassVar[bool] = True  # a None field is one the row leaves as it is (cells)
 
     sm_clock_min_mhz: float | None = None
     sm_clock_median_mhz: float | None = None
@@ -98,10 +101,8 @@ class Clocks:
 
 
 @dataclass(frozen=True)
-class RawCells:
+class RawCells(Sparse):
     """Long text cells, last: what the library chose (`key=value` pairs) and every sample."""
-
-    sparse: ClassVar[bool] = True  # a None field is one the row leaves as it is (cells)
 
     details: str | None = None
     samples_ms: str | None = None
@@ -116,8 +117,6 @@ def names(*parts: type) -> list[str]:
 
 
 def cells(*parts) -> dict:
-    """Row dataclasses -> one row dict, column -> value; a None field of a `sparse` part
-    (Measurement, Clocks, RawCells, the e2e measures) is left out: the row does not fill it, so a dict
-    it updates keeps what it had."""
+    """Row dataclasses -> one row dict, column -> value; a None field of a Sparse part is left out."""
     return {f.name: getattr(part, f.name) for part in parts for f in fields(part)
             if getattr(part, f.name) is not None or not getattr(part, "sparse", False)}

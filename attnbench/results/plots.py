@@ -74,19 +74,9 @@ def _latency_figure(per_run, kinds, title, path: Path) -> Path:
             ax.errorbar(g["num_tokens"], g["median_ms"],
                         yerr=[g["median_ms"] - g["p10_ms"], g["p90_ms"] - g["median_ms"]],
                         linestyle=style, marker=marker, capsize=2, label=_label(run, backend, strategy, mode, tag))
-    for kind, ax in axes.items():
-        ax.set_title(kind)
-        ax.set_xlabel("query tokens")
-        ax.set_xscale("log")
+    for ax in axes.values():
         ax.set_yscale("log")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[kinds[0]].set_ylabel("median ms (p10-p90 bars)")
-    axes[kinds[-1]].legend(fontsize=7, loc="best")
-    fig.suptitle(f"attention latency: {title}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _finish(fig, axes, kinds, "median ms (p10-p90 bars)", f"attention latency: {title}", path)
 
 
 def _ratio_figure(per_run, kinds, title, path: Path) -> Path | None:
@@ -110,15 +100,21 @@ def _ratio_figure(per_run, kinds, title, path: Path) -> Path | None:
     if not drawn:
         plt.close(fig)
         return None
-    for kind, ax in axes.items():
+    for ax in axes.values():
         ax.axhline(1.0, color="grey", linewidth=0.8)
+    return _finish(fig, axes, kinds, "<strategy> / unified (>1: unified faster)", f"strategy / unified: {title}", path)
+
+
+def _finish(fig, axes, kinds, ylabel: str, title: str, path: Path) -> Path:
+    """What every panel figure shares: titled kinds over log query tokens, one legend, saved and closed."""
+    for kind, ax in axes.items():
         ax.set_title(kind)
         ax.set_xlabel("query tokens")
         ax.set_xscale("log")
-        ax.grid(True, alpha=0.3)
-    axes[kinds[0]].set_ylabel("<strategy> / unified (>1: unified faster)")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[kinds[0]].set_ylabel(ylabel)
     axes[kinds[-1]].legend(fontsize=7, loc="best")
-    fig.suptitle(f"strategy / unified: {title}")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -23,25 +23,25 @@ from attnbench.workers.pool import WorkerPool, after_dead_context
 Measure = Callable[[dict], tuple[list[dict], list[dict]]]  # a point's fields -> (rows, agreements)
 
 
-def point_handler(spec: ModelSpec, args: E2EArgs, plans: dict, profile_out: Path | None) -> Callable:
+def point_handler(spec: ModelSpec, args: E2EArgs, choices: dict, profile_out: Path | None) -> Callable:
     """Worker side: build the model once, then measure each point it is sent."""
     select(spec.device)  # a spawned worker starts on cuda:0 whatever the run's device
     engines = spec.build()
 
     def handle(fields: dict, send: Callable) -> None:
-        send(run_point(engines, args, plans, fields, profile_out, on_row=lambda row: send()))
+        send(run_point(engines, args, choices, fields, profile_out, on_row=lambda row: send()))
     return handle
 
 
 @contextmanager
-def isolated_points(spec: ModelSpec, args: E2EArgs, plans: dict, profile_out: Path | None,
+def isolated_points(spec: ModelSpec, args: E2EArgs, choices: dict, profile_out: Path | None,
                     point_timeout: float) -> Iterator[Measure]:
     """run_point's contract, each point measured in a worker process."""
-    with WorkerPool(point_handler, (spec, args, plans, profile_out), point_timeout) as pool:
+    with WorkerPool(point_handler, (spec, args, choices, profile_out), point_timeout) as pool:
         def measure(fields: dict) -> tuple[list[dict], list[dict]]:
             outcome = pool.run(fields)
             rows, agreements = outcome.items[0] if outcome.items else ([], [])
             if outcome.failure is not None:
-                rows, agreements = failed_rows(args, plans, fields, *outcome.failure), []
+                rows, agreements = failed_rows(args, choices, fields, *outcome.failure), []
             return (after_dead_context(rows) if outcome.context_died else rows), agreements
         yield measure
