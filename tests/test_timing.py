@@ -39,8 +39,8 @@ def test_samples_and_quantiles():
     timing = time_kernels([TimedKernel(Counter(), "eager", CPU)], quick(max_samples=20, rel_spread=-1.0))[0]
     assert timing.n == 20
     assert all(s > 0 for s in timing.samples_ms)
-    assert timing.p10_ms <= timing.median_ms <= timing.p90_ms
-    assert min(timing.samples_ms) <= timing.p10_ms and timing.p90_ms <= max(timing.samples_ms)
+    assert timing.quantile(0.10) <= timing.median_ms <= timing.quantile(0.90)
+    assert min(timing.samples_ms) <= timing.quantile(0.10) and timing.quantile(0.90) <= max(timing.samples_ms)
     assert not timing.converged
 
 

@@ -120,7 +120,7 @@ def test_zero_kv_heads_is_a_usage_error():
 
 def test_point_defaults_and_aliases():
     p = SweepPoint(kind="decode", num_tokens=4, num_heads=8, head_dim=16, dtype="fp16", context="uniform:3:3")
-    assert (p.num_kv_heads, p.dtype, p.context, p.gqa_group) == (8, "float16", "3", 1)
+    assert (p.num_kv_heads, p.dtype, p.context, p.num_heads // p.num_kv_heads) == (8, "float16", "3", 1)
 
 
 # -- properties of every batch ------------------------------------------------------------------

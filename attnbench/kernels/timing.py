@@ -65,14 +65,6 @@ class Timing:
     def median_ms(self) -> float:
         return statistics.median(self.samples_ms)
 
-    @property
-    def p10_ms(self) -> float:
-        return self.quantile(0.10)
-
-    @property
-    def p90_ms(self) -> float:
-        return self.quantile(0.90)
-
 
 @dataclass
 class Replicated:

@@ -127,10 +127,6 @@ class SweepPoint:
     def softmax_scale(self) -> float:
         return self.head_dim ** -0.5
 
-    @property
-    def gqa_group(self) -> int:
-        return self.num_heads // self.num_kv_heads
-
     def key(self) -> dict:
         return asdict(self)
 

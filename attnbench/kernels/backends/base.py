@@ -114,6 +114,8 @@ class Backend(ABC):
         super().__init_subclass__(**kwargs)
         if "fused" in cls.strategies and not hasattr(cls, "plan_fused") and cls.plan is Backend.plan:
             raise TypeError(f"{cls.__name__} declares the fused strategy but neither plan_fused nor plan")
+        if cls.graph_replay not in GRAPH_REPLAYS:
+            raise TypeError(f"{cls.__name__}.graph_replay is {cls.graph_replay!r}, not one of {GRAPH_REPLAYS}")
 
     name: ClassVar[str]
     description: ClassVar[str]
