@@ -262,6 +262,21 @@ def test_verify_reports_naive_findings_and_exits_0_when_safe_passes(fakes, tmp_p
         "decode -> mixed", "short -> long context"}
 
 
+def test_verify_refuses_a_non_empty_out_before_it_runs(fakes, tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    result = invoke("--backend", "fake-fa2-grid", "--out", str(tmp_path))
+    assert result.exit_code == 1 and "is not empty" in result.output and "Traceback" not in result.output
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"] and "pass" not in result.output
+
+
+def test_verify_records_what_it_wrote_and_a_rerun_into_it_is_refused(fakes, tmp_path):
+    out = tmp_path / "run"
+    assert invoke("--backend", "fake-fa2-grid", "--out", str(out)).exit_code == 0
+    assert sorted(p.name for p in out.iterdir()) == [".attnbench-files.json", "summary.md", "verify.csv"]
+    again = invoke("--backend", "fake-fa2-grid", "--out", str(out))
+    assert again.exit_code == 1 and "is not empty" in again.output and "Traceback" not in again.output
+
+
 def test_verify_exits_1_when_a_graph_safe_backend_fails_safe(fakes):
     result = invoke("--backend", "fake-frozen", "--strategy", "unified", "--policy", "safe")
     assert result.exit_code == 1 and "FAIL" in result.output

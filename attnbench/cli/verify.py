@@ -23,8 +23,9 @@ from attnbench.device import resolve_device
 from attnbench.errors import UsageError, check_choices
 from attnbench.kernels.backends.registry import resolve_backends
 from attnbench.kernels.graphsafe import POLICIES
-from attnbench.kernels.verify import gating_failures, replay_cases, summary, verify_rows, write_results
+from attnbench.kernels.verify import gating_failures, replay_cases, results_csv, summary, verify_rows
 from attnbench.kernels.workload import STRATEGIES, SweepPoint
+from attnbench.runs.rundir import RunDir
 
 
 def verify(
@@ -40,7 +41,7 @@ def verify(
     seqs: Annotated[int, typer.Option(help="Decode sequences of the capture batches. Example: --seqs 4")] = 4,
     seed: Annotated[int, options.seed("block tables and inputs")] = 0,
     device: options.Device = "auto",
-    out: Annotated[Optional[Path], typer.Option(help="Write verify.csv and summary.md here. Example: --out results/verify-h200")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Write verify.csv and summary.md into this new or empty directory (claimed before anything runs, as kernel's --out). Example: --out results/verify-h200")] = None,
 ) -> None:
     """Capture each backend x strategy's attention call in a CUDA graph on one batch, replay it on
     other batches written into the same buffers (decode -> mixed, short -> long context, fewer ->
@@ -66,7 +67,9 @@ def verify(
         check_choices(strategy, STRATEGIES, "--strategy", "strategy")
         check_choices(policy, POLICIES, "--policy", "policy")
         cases = replay_cases(short, long, seqs)
-        rows = verify_rows(resolve_backends(backend, dev), strategy, policy, point, cases, dev)
+        backends = resolve_backends(backend, dev)
+        run = RunDir.prepare(out) if out is not None else None
+        rows = verify_rows(backends, strategy, policy, point, cases, dev)
     table = Table("backend", "strategy", "policy", "case", "verdict", "rel L2", "reason")
     for r in rows:
         style = {"pass": "green", "FAIL": "red"}.get(r["verdict"], "yellow")
@@ -74,8 +77,10 @@ def verify(
                       f"{r['rel_l2_error']:.1e}", escape(r["reason"]))
     console.print(table)
     console.print(summary(rows).split("\n\n", 2)[-1].strip(), highlight=False, markup=False)
-    if out is not None:
-        write_results(rows, out)
+    if run is not None:
+        with user_errors(console):
+            run.write_text("verify.csv", results_csv(rows))
+            run.write_text("summary.md", summary(rows))
         console.print(f"wrote {out / 'verify.csv'} and {out / 'summary.md'}")
     if gating_failures(rows):
         raise typer.Exit(1)

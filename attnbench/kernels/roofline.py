@@ -78,9 +78,9 @@ def rates(point: SweepPoint, batch: Batch, median_ms: float, gpu_name: str | Non
 def implausible(rates_row: dict, median_ms: float, gpu_name: str | None) -> str | None:
     """Why a timing cannot be of a call that did the work, or None: faster than the dense peak FLOP
     rate allows, or than peak bandwidth allows for bytes no L2 holds. `rates_row`: rates()'s cells
-    for that median (its gflop and mbytes). On the H200, FlashInfer 0.6.6's POD replayed from a CUDA
-    graph timed at 1716 % of peak bandwidth (it did none of the work after its first run); a row like
-    that is a failed row, not a fast one."""
+    for that median (its gflop and mbytes). A launch that did none of the work (FlashInfer 0.6.6's POD
+    replayed from a CUDA graph: docs/kernels/flashinfer.md) times like that; it is a failed row, not a
+    fast one."""
     peak = peak_for(gpu_name) if gpu_name else None
     if not peak or median_ms <= 0:
         return None

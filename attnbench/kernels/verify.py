@@ -29,9 +29,9 @@ bucket's longest query) avoids that path wherever the bucket can hold a longer q
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -144,10 +144,10 @@ def summary(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_results(rows: list[dict], out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "verify.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows({k: r.get(k, "") for k in COLUMNS} for r in rows)
-    (out / "summary.md").write_text(summary(rows))
+def results_csv(rows: list[dict]) -> str:
+    """verify.csv's text: one line per case, COLUMNS in order."""
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: r.get(k, "") for k in COLUMNS} for r in rows)
+    return text.getvalue()
