@@ -38,7 +38,8 @@ CPU_DEFAULTS = {"tokens": [10, 50, 100], "context": "256"}
 MAX_BUDGET_MS = 3_600_000.0  # an hour of sampling per row
 # Replicates per row (fresh inputs, plan and graph each; kernels/sweep.py). A GPU needs 3 for
 # compare to see between-run noise. The CPU run is a pipeline demo (the reference backend, not a
-# kernel comparison): one replicate keeps the README's CPU run near 20 s; --replicates 3 triples it.
+# kernel comparison): one replicate keeps the README's CPU run near 20 s (docs/measurements/cpu.md);
+# --replicates 3 triples it.
 DEFAULT_REPLICATES = {"cuda": 3, "cpu": 1}
 MAX_REPLICATES = 100
 GiB = 2**30

@@ -18,7 +18,8 @@ median, or when `budget_ms` per runner has passed, or at `max_samples`.
 
 A row is timed in several replicates (fresh inputs, plan and graph: kernels/sweep.py), each a
 Timing; `Replicated` joins them. A CPU sweep runs on one intra-op thread unless OMP_NUM_THREADS
-says otherwise: on a few busy cores, more threads made a CPU run several times slower.
+says otherwise: on a few busy cores, more threads made a CPU run several times slower
+(docs/measurements/cpu.md).
 """
 
 from __future__ import annotations

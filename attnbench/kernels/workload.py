@@ -214,7 +214,7 @@ def _rng(p: SweepPoint) -> random.Random:
 
 
 def build_batch(p: SweepPoint) -> Batch:
-    """The documented rule for each kind (see KIND_RULES and the README)."""
+    """The documented rule for each kind (see KIND_RULES and docs/guides/kernel.md#batch-kinds)."""
     rng, dist, n = _rng(p), ContextDist.parse(p.context), p.num_tokens
     decode_q: list[int] = []
     decode_kv: list[int] = []

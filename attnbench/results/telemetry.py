@@ -10,7 +10,8 @@ Sources, in order: NVML through `pynvml` (nvidia-ml-py) when it imports and init
 `nvidia-smi --query-gpu=... -lms 250` process streaming CSV lines (one process, not one per
 sample); else nothing. No GPU, no nvidia-smi, a field the driver does not know: no telemetry and
 no error. A source that stops mid-run (SourceLost) ends the sampling, not the run: the rows timed
-after it say why in their clock_flag. attnbench never changes clocks (README: how to lock them yourself).
+after it say why in their clock_flag. attnbench never changes clocks (docs/guides/kernel.md#how-it-measures:
+how to lock them yourself).
 """
 
 from __future__ import annotations
