@@ -20,13 +20,17 @@ from typing import Protocol
 from attnbench.errors import UsageError
 
 
-class GraphMode(enum.StrEnum):
-    """--cudagraph's values; str-valued, so rows and env.json keep writing the same text."""
+class GraphMode(str, enum.Enum):
+    """--cudagraph's values; str-valued, so rows and env.json keep writing the same text (a str mixin
+    rather than enum.StrEnum, which Python 3.10 lacks)."""
 
     NONE = "none"  # every step eager
     DECODE = "decode"  # decode steps replay decode graphs (decode_graphs.py); prefill and mixed steps eager
     PIECEWISE = "piecewise"  # every step replays graphs of all but attention (piecewise.py)
     FULL = "full"  # every step replays a graph bucketed over tokens and sequences (graphs.py)
+
+    def __str__(self) -> str:
+        return self.value
 
     @classmethod
     def parse(cls, value: str | None) -> GraphMode | None:
