@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import stat
 import subprocess
 import sys
 
@@ -42,6 +44,16 @@ def run_dir(tmp_path_factory):
         result = invoke(*argv[1:])
     assert result.exit_code == 0, result.output
     return out, result.output, shlex.join(argv)
+
+
+def test_every_file_of_a_run_gets_the_mode_the_umask_gives(run_dir):
+    """One mode for every output (issue 20 found env.json and summary.md 0600, the rest 0644)."""
+    out, _, _ = run_dir
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {p.relative_to(out).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*") if p.is_file()}
+    assert {"results.csv", "env.json", "summary.md"} <= set(modes)
+    assert {name: mode for name, mode in modes.items() if mode != 0o666 & ~umask} == {}
 
 
 def test_results_csv_has_one_passing_row_per_point_strategy_and_mode(run_dir):

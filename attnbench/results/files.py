@@ -56,7 +56,7 @@ class RowWriter:
         flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
         if keep is None:
             flags |= os.O_CREAT | os.O_EXCL
-        self._file = os.fdopen(os.open(self.path, flags, 0o644), "w", newline="")
+        self._file = os.fdopen(os.open(self.path, flags, 0o666), "w", newline="")  # the umask decides
         self._csv = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="ignore")
         if keep is None:
             self._csv.writeheader()
