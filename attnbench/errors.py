@@ -40,8 +40,8 @@ def check_choices(values, allowed, flag: str, noun: str = "value") -> None:
 def check_unique(values, flag: str, show=str) -> None:
     """A list flag names each value once: a repeated value would be measured twice, and two rows
     with one key make `compare` refuse the directory."""
-    seen = []
+    seen = set()  # a set, not a list: a scenario may list tens of thousands of values (linear, not quadratic)
     for value in values:
         if value in seen:
             raise UsageError(f"{flag}: {show(value)} is listed twice")
-        seen.append(value)
+        seen.add(value)
