@@ -13,11 +13,11 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from attnbench.cli import e2e as e2e_cmd
-from attnbench.cli import kernel as kernel_cmd
 from attnbench.cli.main import app
 from attnbench.e2e.runner import E2EArgs
 from attnbench.kernels.plan import KernelArgs
+from attnbench.runs import e2e as e2e_job  # the commands import their job when they run: patched here
+from attnbench.runs import kernel as kernel_job
 
 # flags of a command that are not fields of its args object (none today: every flag is an arg)
 NOT_ARGS = {"kernel": set(), "e2e": set()}
@@ -41,7 +41,7 @@ def test_every_flag_is_a_field_of_the_args_object_and_back(command, args_class):
 
 def invoke_kernel(monkeypatch, *argv: str) -> KernelArgs:
     received = []
-    monkeypatch.setattr(kernel_cmd, "run_kernel", lambda args, console, command: received.append(args))
+    monkeypatch.setattr(kernel_job, "run_kernel", lambda args, console, command: received.append(args))
     result = CliRunner().invoke(app, ["kernel", *argv])
     assert result.exit_code == 0, result.output
     return received[0]
@@ -70,7 +70,7 @@ def test_kernel_defaults_are_the_args_defaults(monkeypatch):
 
 def test_e2e_flags_arrive_parsed_under_their_own_names(monkeypatch, tmp_path):
     received = []
-    monkeypatch.setattr(e2e_cmd, "run_e2e", lambda args, console, command: received.append(args))
+    monkeypatch.setattr(e2e_job, "run_e2e", lambda args, console, command: received.append(args))
     result = CliRunner().invoke(app, ["e2e", "--model", "tiny", "--input-len", "8,16", "--output-len", "4",
                                       "--batch-size", "1,2", "--strategy", "unified", "--backend", "reference",
                                       "--iters", "3", "--out", str(tmp_path / "e")])
@@ -99,7 +99,7 @@ def test_every_command_refuses_an_unknown_strategy_alike(command):
 
 
 def test_a_bad_list_value_names_its_flag_before_anything_runs(monkeypatch):
-    monkeypatch.setattr(kernel_cmd, "run_kernel", lambda *a, **k: pytest.fail("ran with a bad flag"))
+    monkeypatch.setattr(kernel_job, "run_kernel", lambda *a, **k: pytest.fail("ran with a bad flag"))
     result = CliRunner().invoke(app, ["kernel", "--heads", "4", "--dim", "32", "--tokens", "8,x"])
     assert result.exit_code == 1
     assert "--tokens: expected a comma-separated list of ints, got '8,x'" in result.output

@@ -1,5 +1,6 @@
 """`attnbench calibrate`: run a sweep twice in separate processes and print the compare threshold
-that this A/A pair passes clean. A thin command; the work is in results/calibrate.py."""
+that this A/A pair passes clean. A thin command; the work is in results/calibrate.py, imported
+when the command runs (`--help` needs none of its pandas)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,6 @@ from rich.table import Table
 
 from attnbench.cli.common import user_errors
 from attnbench.console import make_console
-from attnbench.results.calibrate import calibrate_pair, run_pair
-from attnbench.runs.rundir import RunDir
 
 
 def calibrate(
@@ -32,6 +31,9 @@ def calibrate(
 
     Example: attnbench calibrate --heads 32 --dim 128 --kind decode --replicates 5
     """
+    from attnbench.results.calibrate import calibrate_pair, run_pair
+    from attnbench.runs.rundir import RunDir
+
     console = make_console()
     out = out or Path("results") / f"{dt.datetime.now():%Y%m%d-%H%M%S}-calibrate"
     with user_errors(console):

@@ -1,12 +1,13 @@
 """`attnbench doctor`: typed flags in; the environment and one verdict line per backend out.
 
-runs/doctor.py does the work; this prints each verdict as it is made and sets the exit code.
+runs/doctor.py does the work (imported when the command runs: it brings torch); this prints each
+verdict as it is made and sets the exit code.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.text import Text
@@ -14,17 +15,9 @@ from rich.text import Text
 from attnbench.cli.common import command_line, user_errors
 from attnbench.cli.options import Device, list_of
 from attnbench.console import make_console
-from attnbench.device import resolve_device
-from attnbench.runs.doctor import (
-    Verdict,
-    backend_names,
-    check_json_path,
-    clocks_line,
-    environment,
-    environment_lines,
-    run_doctor,
-    write_json,
-)
+
+if TYPE_CHECKING:
+    from attnbench.runs.doctor import Verdict
 
 STYLES = {"ok": "green", "FAIL": "bold red", "skipped": "yellow"}
 
@@ -42,6 +35,17 @@ def doctor(
 
     Example: attnbench doctor --json doctor.json
     """
+    from attnbench.device import resolve_device
+    from attnbench.runs.doctor import (
+        backend_names,
+        check_json_path,
+        clocks_line,
+        environment,
+        environment_lines,
+        run_doctor,
+        write_json,
+    )
+
     console = make_console()
 
     def say(line: str | Text) -> None:  # as text, one line whatever the terminal's width

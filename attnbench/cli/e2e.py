@@ -1,9 +1,12 @@
-"""`attnbench e2e`: typed flags in, an e2e job (attnbench.runs.e2e) out."""
+"""`attnbench e2e`: typed flags in, an e2e job (attnbench.runs.e2e) out.
+
+The flags' presets and defaults come from e2e/presets.py (plain data); the job and the args object
+are imported when the command runs, so `--help` answers without torch."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -11,10 +14,10 @@ from attnbench.cli import options
 from attnbench.cli.common import command_line, user_errors
 from attnbench.cli.options import list_of
 from attnbench.console import make_console
-from attnbench.e2e.model import PRESETS
-from attnbench.e2e.parallel import exit_now, teardown_code
-from attnbench.e2e.runner import SEED_BATCH_SIZES, SEED_INPUT_LENS, SEED_OUTPUT_LENS, E2EArgs
-from attnbench.runs.e2e import run_e2e
+from attnbench.e2e.presets import PRESETS, SEED_BATCH_SIZES, SEED_INPUT_LENS, SEED_OUTPUT_LENS
+
+if TYPE_CHECKING:
+    from attnbench.e2e.runner import E2EArgs
 
 
 def e2e(
@@ -56,11 +59,16 @@ def e2e(
     attnbench e2e --model llama-7b --chunk-size 256 --cudagraph piecewise;
     python -m torch.distributed.run --nproc-per-node 2 -m attnbench e2e --model llama-2-70b --tp 2
     """
+    from attnbench.e2e.runner import E2EArgs
+
     start_e2e(E2EArgs(**ctx.params))  # the flags, parsed by their declarations, under their own names
 
 
 def start_e2e(args: E2EArgs) -> None:
     """Run an e2e job for `attnbench e2e` or an e2e scenario."""
+    from attnbench.e2e.parallel import exit_now, teardown_code
+    from attnbench.runs.e2e import run_e2e
+
     console = make_console()
     with user_errors(console):
         run_e2e(args, console, command=command_line())

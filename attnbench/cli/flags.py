@@ -5,6 +5,7 @@
 so its values go through the same declarations here: names, types and defaults from the click
 options, and each list flag's parser from its typer.Option (cli/options.py), then into the same
 args object. A flag added to a command is a scenario key at once, with nothing to add here.
+The args classes are imported when one is built: reading the flags needs no torch.
 """
 
 from __future__ import annotations
@@ -14,18 +15,20 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import typer
 import typer.main
 
 from attnbench.cli import e2e, kernel
-from attnbench.e2e.runner import E2EArgs
 from attnbench.errors import AttnbenchError
-from attnbench.kernels.plan import KernelArgs
 
-# command name -> the function behind it and the args object it fills
-COMMANDS = {"kernel": (kernel.kernel, KernelArgs), "e2e": (e2e.e2e, E2EArgs)}
+if TYPE_CHECKING:
+    from attnbench.e2e.runner import E2EArgs
+    from attnbench.kernels.plan import KernelArgs
+
+# command name -> the function behind it (args_class: the args object it fills)
+COMMANDS = {"kernel": kernel.kernel, "e2e": e2e.e2e}
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ def _parser(hint) -> Callable:
 def command_flags(command: str) -> dict[str, Flag]:
     """The flags of `attnbench COMMAND`: names and defaults from its click options, types and
     parsers from its function's annotations."""
-    callback = COMMANDS[command][0]
+    callback = COMMANDS[command]
     hints = typing.get_type_hints(callback, include_extras=True)
     single = typer.Typer()
     single.command()(callback)
@@ -78,7 +81,16 @@ def command_args(command: str, values: dict):
     unknown = sorted(set(values) - set(flags))
     if unknown:
         raise AttnbenchError(f"{unknown[0]!r} is not a flag of attnbench {command}")
-    return COMMANDS[command][1](**{name: flags[name].parse(value) for name, value in values.items()})
+    return args_class(command)(**{name: flags[name].parse(value) for name, value in values.items()})
+
+
+def args_class(command: str) -> type:
+    """The args object `attnbench COMMAND` fills, imported now (it brings the command's domain, torch too)."""
+    if command == "kernel":
+        from attnbench.kernels.plan import KernelArgs
+        return KernelArgs
+    from attnbench.e2e.runner import E2EArgs
+    return E2EArgs
 
 
 def kernel_args(values: dict) -> KernelArgs:

@@ -1,4 +1,7 @@
-"""`attnbench kernel` and `attnbench backends`: typed flags in, a kernel job out."""
+"""`attnbench kernel` and `attnbench backends`: typed flags in, a kernel job out.
+
+The job, the registry and the args object are imported when a command runs, not with this module:
+`--help` and a usage error answer without torch (tests/test_cli_startup.py)."""
 
 from __future__ import annotations
 
@@ -13,11 +16,6 @@ from attnbench.cli import options
 from attnbench.cli.common import command_line, user_errors
 from attnbench.cli.options import list_of, parse_shapes
 from attnbench.console import make_console
-from attnbench.kernels.backends.registry import REGISTRY
-from attnbench.kernels.plan import KernelArgs
-from attnbench.runs.kernel import run_kernel
-from attnbench.runs.kernel_ranks import run_kernel_ranks
-from attnbench.workers import distributed
 
 
 def kernel(
@@ -63,6 +61,11 @@ def kernel(
 
     Example: attnbench kernel --heads 32 --dim 128
     """
+    from attnbench.kernels.plan import KernelArgs
+    from attnbench.runs.kernel import run_kernel
+    from attnbench.runs.kernel_ranks import run_kernel_ranks
+    from attnbench.workers import distributed
+
     args = KernelArgs(**ctx.params)  # the flags, parsed by their declarations, under their own names
     console = make_console(args.json)
     with user_errors(console):
@@ -75,6 +78,8 @@ def backends() -> None:
 
     Example: attnbench backends
     """
+    from attnbench.kernels.backends.registry import REGISTRY
+
     console = make_console()
     table = Table("backend", "status", "library", "strategies", "graph", "what it runs")
     for name, b in REGISTRY.items():

@@ -67,6 +67,15 @@ class OneLineErrors(TyperGroup):
             sys.exit(code)
         return code
 
+    def get_help_option(self, ctx: Any) -> Any:
+        """The app's `--help`, off when not given. Typer >= 0.2x leaves a flag that was not given as
+        None, and coerces None through a pydantic adapter: importing pydantic for that costs
+        `attnbench COMMAND --help` about 0.1 s. A False default is a bool, so nothing is coerced."""
+        option = super().get_help_option(ctx)
+        if option is not None and option.default is None:
+            option.default = False
+        return option
+
 
 app = typer.Typer(cls=OneLineErrors, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Benchmark LLM attention kernels: one paged varlen call (unified) vs kvcache + varlen (split).")

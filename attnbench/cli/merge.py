@@ -1,6 +1,7 @@
 """`attnbench merge`: shard run directories (or any runs of one setup) -> one run directory.
 
-Thin: the job is runs/merge.py (results/merge.py reads, checks and joins the inputs).
+Thin: the job is runs/merge.py (results/merge.py reads, checks and joins the inputs), imported
+when the command runs so that `--help` needs no pandas.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import typer
 from attnbench.cli import options
 from attnbench.cli.common import command_line, user_errors
 from attnbench.console import make_console
-from attnbench.runs.merge import run_merge
 
 
 def merge(
@@ -28,6 +28,8 @@ def merge(
 
     Example: attnbench merge runs/shard-0 runs/shard-1 runs/shard-2 runs/shard-3 --out runs/all
     """
+    from attnbench.runs.merge import run_merge
+
     console = make_console()
     with user_errors(console):
         run_merge(runs, out, allow_mixed, force, shlex.join(command_line()), console)

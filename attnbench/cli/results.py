@@ -1,7 +1,8 @@
 """`attnbench compare`, `export` and `plot`: commands over saved results, no GPU needed.
 
 Thin typed commands; the work is in read.py (what a results file is, checked), compare.py
-(statistics, Markdown for PRs) and export.py (formats, plots). A CI job runs a scenario on a GPU
+(statistics, Markdown for PRs) and export.py (formats, plots), each imported when its command
+runs (they bring pandas and matplotlib; `--help` needs neither). A CI job runs a scenario on a GPU
 runner once, then gates and publishes with these. Kernel sweeps and e2e runs are both accepted;
 one command never mixes the two.
 """
@@ -22,9 +23,6 @@ from attnbench.cli.common import fail, user_errors
 from attnbench.cli.options import list_of
 from attnbench.console import make_console
 from attnbench.errors import UsageError
-from attnbench.results import compare as cmp
-from attnbench.results.export import FORMATS, plot_results, write_output
-from attnbench.results.read import load_run, one_kind
 
 VERDICT_STYLE = {"slower": "bold red", "faster": "green", "same": "dim", "noisy": "yellow"}
 
@@ -47,6 +45,10 @@ def compare(
 
     Example: attnbench compare results/main results/pr --threshold 5% --markdown compare.md
     """
+    from attnbench.results import compare as cmp
+    from attnbench.results.export import write_output
+    from attnbench.results.read import load_run, one_kind
+
     console = make_console()
     with user_errors(console):
         smallest = cmp.parse_threshold(threshold)
@@ -66,6 +68,8 @@ def compare(
 
 
 def print_comparison(console: Console, result, env_diff) -> None:
+    from attnbench.results.compare import summary_line
+
     if env_diff:
         env_table = Table("environment", "base", "new", title="environments differ")
         for key, b, n in env_diff:
@@ -87,7 +91,7 @@ def print_comparison(console: Console, result, env_diff) -> None:
     for line in [*result.notes(), *result.unmatched()]:
         console.print(f"[yellow]{escape(line)}[/]", soft_wrap=True, highlight=False)
     style = "bold red" if result.regressed else "green"
-    console.print(f"[{style}]{cmp.summary_line(result)}[/]")
+    console.print(f"[{style}]{summary_line(result)}[/]")
 
 
 def print_regressions(console: Console, result) -> None:
@@ -104,6 +108,9 @@ def export(
 
     Example: attnbench export results/h200 --format gab --out bench.json
     """
+    from attnbench.results.export import FORMATS, write_output
+    from attnbench.results.read import load_run
+
     console = make_console(True)
     with user_errors(console):
         if fmt not in FORMATS:
@@ -129,6 +136,9 @@ def plot(
 
     Example: attnbench plot results/h100 results/h200 --label h100 --label h200 --out plots
     """
+    from attnbench.results.export import plot_results
+    from attnbench.results.read import load_run, one_kind
+
     console = make_console()
     with user_errors(console):
         labels = run_labels(results, label)

@@ -3,12 +3,13 @@
 A kernel scenario becomes KernelArgs, one per context length it lists, and runs as a job
 (runs/scenario.py); an e2e scenario becomes E2EArgs and runs as `attnbench e2e` runs it. What
 ran is recorded beside the results in scenario.json: the file's text, the overrides, the values.
+Reading a scenario brings the planners (torch): they are imported when the command runs.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -16,10 +17,12 @@ from rich.console import Console
 from attnbench.cli.common import command_line, user_errors
 from attnbench.cli.e2e import start_e2e
 from attnbench.cli.flags import e2e_args, kernel_args
-from attnbench.cli.scenario import Scenario, load_scenario
 from attnbench.console import make_console
 from attnbench.errors import UsageError
-from attnbench.runs.scenario import ScenarioPlan, preflight, run_kernel_scenario
+
+if TYPE_CHECKING:
+    from attnbench.cli.scenario import Scenario
+    from attnbench.runs.scenario import ScenarioPlan
 
 
 def run(
@@ -34,6 +37,9 @@ def run(
 
     Example: attnbench run scenarios/decode-gqa.toml --backend vllm-fa2 --out results/gqa
     """
+    from attnbench.cli.scenario import load_scenario
+    from attnbench.runs.scenario import preflight, run_kernel_scenario
+
     console = make_console(True)
     with user_errors(console, prefix=f"{scenario}: "):
         sc = load_scenario(scenario, list(ctx.args))

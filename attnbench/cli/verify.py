@@ -2,16 +2,17 @@
 
 Why a command of its own: graph safety is a yes/no per backend x strategy x policy, found by
 replaying captured calls on other batches; it times nothing and shares no flags' meaning with
-`kernel` beyond the shape of the attention.
+`kernel` beyond the shape of the attention. The replays and the registry (torch) are imported
+when the command runs; `--help` needs neither.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
-import torch
 import typer
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -19,13 +20,10 @@ from attnbench.cli import options
 from attnbench.cli.common import user_errors
 from attnbench.cli.options import list_of
 from attnbench.console import make_console
-from attnbench.device import resolve_device
 from attnbench.errors import UsageError, check_choices
-from attnbench.kernels.backends.registry import resolve_backends
-from attnbench.kernels.graphsafe import POLICIES
-from attnbench.kernels.verify import gating_failures, replay_cases, results_csv, summary, verify_rows
-from attnbench.kernels.workload import STRATEGIES, SweepPoint
-from attnbench.runs.rundir import RunDir
+
+if TYPE_CHECKING:
+    from attnbench.runs.rundir import RunDir
 
 
 def verify(
@@ -54,6 +52,15 @@ def verify(
 
     Example: attnbench verify --backend vllm-fa2,vllm-fa3 --policy naive,safe
     """
+    import torch
+
+    from attnbench.device import resolve_device
+    from attnbench.kernels.backends.registry import resolve_backends
+    from attnbench.kernels.graphsafe import POLICIES
+    from attnbench.kernels.verify import replay_cases, verify_rows
+    from attnbench.kernels.workload import STRATEGIES, SweepPoint
+    from attnbench.runs.rundir import RunDir
+
     console = make_console()
     with user_errors(console):
         if device == "auto" and not torch.cuda.is_available():
@@ -70,6 +77,14 @@ def verify(
         backends = resolve_backends(backend, dev)
         run = RunDir.prepare(out) if out is not None else None
         rows = verify_rows(backends, strategy, policy, point, cases, dev)
+    print_verify(console, rows, run, out)
+
+
+def print_verify(console: Console, rows: list[dict], run: RunDir | None, out: Path | None) -> None:
+    """The table and the summary; verify.csv and summary.md into `run` when --out was given; exit 1
+    when a graph-safe backend failed under the safe policy."""
+    from attnbench.kernels.verify import gating_failures, results_csv, summary
+
     table = Table("backend", "strategy", "policy", "case", "verdict", "rel L2", "reason")
     for r in rows:
         style = {"pass": "green", "FAIL": "red"}.get(r["verdict"], "yellow")

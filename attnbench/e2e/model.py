@@ -1,4 +1,4 @@
-"""A Llama-family decoder in one file, gpt-fast style: presets as data, small free functions.
+"""A Llama-family decoder in one file, gpt-fast style: presets as data (presets.py), small free functions.
 
 Why it exists: unified vs split is decided by request latency, so the e2e benchmark needs the
 real step around the attention kernel: the GEMMs, norms, RoPE and LM head a serving engine runs.
@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnbench.e2e.presets import PRESETS
 from attnbench.errors import UsageError
 
 AttnFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -66,29 +67,6 @@ class ModelArgs:
         layer = qkv + qkv_bias + self.n_head * self.head_dim * self.dim + 3 * self.dim * self.ffn_dim + 2 * self.dim
         heads = 1 if self.tie_embeddings else 2
         return self.n_layer * layer + heads * self.vocab_size * self.dim + self.dim
-
-
-# The seed's model (llama-7b) and the shapes around it. qwen-14b is Qwen-14B-Chat's dimensions in
-# this Llama-family block (its MLP width is config intermediate_size 27392 / 2).
-PRESETS: dict[str, dict] = {
-    "llama-7b": dict(n_layer=32, dim=4096, n_head=32, n_kv_head=32, ffn_dim=11008, vocab_size=32000),
-    "llama-3-8b": dict(n_layer=32, dim=4096, n_head=32, n_kv_head=8, ffn_dim=14336, vocab_size=128256,
-                       rope_theta=500000.0, max_positions=8192),
-    "llama-13b": dict(n_layer=40, dim=5120, n_head=40, n_kv_head=40, ffn_dim=13824, vocab_size=32000),
-    "qwen-14b": dict(n_layer=40, dim=5120, n_head=40, n_kv_head=40, ffn_dim=13696, vocab_size=152064,
-                     norm_eps=1e-6, qkv_bias=True, max_positions=8192),
-    # CPU tests and GPU smoke tests: head dim 64 is in the FA2 JIT cache the device pack carries;
-    # 4/2 heads split over 2 tensor-parallel ranks
-    "tiny": dict(n_layer=2, dim=256, n_head=4, n_kv_head=2, ffn_dim=512, vocab_size=1024, qkv_bias=True),
-    # 70B class, GQA 64/8: they need tensor parallelism (--tp 2 on H200s). Values from the Hugging Face
-    # config.json of meta-llama/Llama-2-70b-hf, meta-llama/Meta-Llama-3-70B and Qwen/Qwen2-72B (80 layers
-    # each); Qwen2 has q/k/v biases, as qwen-14b.
-    "llama-2-70b": dict(n_layer=80, dim=8192, n_head=64, n_kv_head=8, ffn_dim=28672, vocab_size=32000),
-    "llama-3-70b": dict(n_layer=80, dim=8192, n_head=64, n_kv_head=8, ffn_dim=28672, vocab_size=128256,
-                        rope_theta=500000.0, max_positions=8192),
-    "qwen-72b": dict(n_layer=80, dim=8192, n_head=64, n_kv_head=8, ffn_dim=29568, vocab_size=152064,
-                     rope_theta=1000000.0, norm_eps=1e-6, qkv_bias=True, max_positions=32768),
-}
 
 
 def rope_inv_freq(args: ModelArgs) -> torch.Tensor:

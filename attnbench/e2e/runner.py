@@ -22,6 +22,7 @@ from attnbench.e2e.engine import Engine
 from attnbench.e2e.graphs import check_cudagraph
 from attnbench.e2e.model import PRESETS, ModelArgs, Transformer, fused, random_model
 from attnbench.e2e.modes import GraphChoice, GraphMode
+from attnbench.e2e.presets import SEED_BATCH_SIZES, SEED_INPUT_LENS, SEED_OUTPUT_LENS
 from attnbench.e2e.parallel import MAX_TP, SINGLE, TensorParallel, all_reduce_outputs_, random_rank_model
 from attnbench.e2e.agreement import FAILING, compare_generations, run_metrics, worst
 from attnbench.e2e.rows import E2E_POINT, E2EHead, E2EMeasures
@@ -42,7 +43,6 @@ from attnbench.kernels.workload import (
 )
 from attnbench.profiler import profile_generation
 
-SEED_INPUT_LENS, SEED_OUTPUT_LENS, SEED_BATCH_SIZES = "32,512", "128,32", "1,2,4,8,16,32"
 CPU_LIMIT_BYTES = 2 * 2**30  # the CPU path (reference attention) is for tests and small models
 GiB = 2**30
 
