@@ -56,6 +56,8 @@ KERNEL_BAD = [
     ("--rel-spread", "nan"), ("--rel-spread", "inf"), ("--rel-spread", "2"), ("--seed", "-1"),
     ("--seed", str(2**63)), ("--seed", str(2**64)), ("--seed", str(10**30)), ("--device", "tpu"),
     ("--device", ""),
+    # taken as their default or ignored before issue 20: now refused
+    ("--shard", " "), ("--shard", ""), ("--context", ""), ("--context", " "), ("--point-timeout", "30"),
     # the largest point cannot fit in this machine's memory (and would never finish on a CPU)
     ("--tokens", "1000000", "--kind", "prefill", "--heads", "1024", "--dim", "1024"),
     ("--tokens", "100000", "--context", "4000000"),
@@ -169,6 +171,7 @@ E2E_BAD = [
     ("--strategy", "fission"), ("--strategy", "unified,unified"), ("--backend", "bogus"),
     ("--backend", "reference,reference"), ("--device", "tpu"), ("--model", "gpt-5"), ("--model", ""),
     ("--model", "./no/such/dir"), ("--model", "llama-7b"), ("--model", "a\x00b"), ("--eager=yes",), ("--bogus",),
+    ("--point-timeout", "30"),  # ignored without --isolate before issue 20: now refused
 ]
 
 

@@ -119,6 +119,8 @@ def validate_args(args: E2EArgs) -> None:
     timeout = args.point_timeout
     if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout <= 86400):
         raise UsageError(f"--point-timeout: must be a number of seconds above 0 and at most 86400, got {timeout}")
+    if timeout is not None and not args.isolate:
+        raise UsageError("--point-timeout: only worker processes have a watchdog; add --isolate")
     for flag, used in (("--isolate", args.isolate), ("--profile", args.profile)):
         if used and args.tp > 1:
             raise UsageError(f"{flag} cannot be combined with --tp {args.tp} yet: every rank must run the same steps "

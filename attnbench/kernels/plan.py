@@ -98,6 +98,8 @@ def resolve_modes(requested: list[str] | None, device: torch.device) -> list[str
 
 def check_lists(args: KernelArgs) -> None:
     check_choices(args.strategy, STRATEGIES, "--strategy", "strategy")
+    if args.context is not None and not str(args.context).strip():  # not the default in disguise
+        raise UsageError("--context: empty; give a length or uniform:LOW:HIGH, e.g. --context 1024")
     for values, flag, alone in [(args.kind, "--kind", "all"), (args.mode or [], "--mode", "both")]:
         if alone in values and len(values) > 1:
             raise UsageError(f"{flag}: {alone} cannot be combined with other values, got "
@@ -240,6 +242,8 @@ def plan_sweep(args: KernelArgs, machine: bool = True, device: torch.device | No
 
 def check_counts(args: KernelArgs, device: torch.device) -> tuple[float, int]:
     """(point timeout, replicates), the device's defaults where not given, each in range."""
+    if args.point_timeout is not None and not (args.isolate or args.devices):
+        raise UsageError("--point-timeout: only worker processes have a watchdog; add --isolate (or --devices)")
     point_timeout = point_timeout_s(args.point_timeout, device)
     if not (isinstance(point_timeout, (int, float)) and 0 < point_timeout <= 86400):
         raise UsageError(f"--point-timeout: must be a number of seconds above 0 and at most 86400, got {point_timeout}")

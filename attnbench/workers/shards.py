@@ -26,8 +26,9 @@ MAX_SHARDS = 1 << 16
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
-    """`I/N` -> (I, N) with 0 <= I < N; None for no sharding."""
-    if text is None or str(text).strip() == "":
+    """`I/N` -> (I, N) with 0 <= I < N; None (the flag not given) for no sharding. A blank value is
+    refused like any other bad one: taken as "no sharding", a run would measure every point."""
+    if text is None:
         return None
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(text))
     if not m:
