@@ -67,9 +67,8 @@ def verify(
 
     from attnbench.device import resolve_device
     from attnbench.kernels.backends.registry import resolve_backends
-    from attnbench.kernels.graphsafe import POLICIES
     from attnbench.kernels.verify import plan_rows, replay_cases
-    from attnbench.kernels.workload import STRATEGIES, SweepPoint
+    from attnbench.kernels.workload import SweepPoint
 
     console = make_console()
     with user_errors(console):
@@ -77,14 +76,9 @@ def verify(
             raise UsageError("verify needs a CUDA GPU (none visible); --device cpu runs what the CPU can judge")
         dev = resolve_device(device)
         short, long = _short_long(contexts or CONTEXTS[dev.type])
-        if not 1 <= seqs <= 4096:
-            raise UsageError(f"--seqs: must be between 1 and 4096, got {seqs}")
+        _check_lists(backend, strategy, policy, seqs)
         point = SweepPoint(kind="mixed", num_tokens=seqs, num_heads=heads, num_kv_heads=kv_heads,
                            head_dim=dim, dtype=dtype, block_size=block_size, seed=seed)
-        check_choices(strategy, STRATEGIES, "--strategy", "strategy")
-        check_choices(policy, POLICIES, "--policy", "policy")
-        for values, flag in [(backend or [], "--backend"), (strategy, "--strategy"), (policy, "--policy")]:
-            check_unique(values, flag)
         cases = replay_cases(short, long, seqs)
         rows = plan_rows(resolve_backends(backend, dev), strategy, policy, point, cases, dev)
         _check_judgeable(rows)
@@ -93,6 +87,19 @@ def verify(
             console.print(f"On the CPU: --contexts {short},{long} (the GPU's {','.join(map(str, CONTEXTS['cuda']))} "
                           "scaled down; give --contexts to choose).", highlight=False)
         _run(console, rows, point, cases, dev, run)
+
+
+def _check_lists(backend: list[str] | None, strategy: list[str], policy: list[str], seqs: int) -> None:
+    """Known names, each listed once (a repeated backend would double every row), --seqs in range."""
+    from attnbench.kernels.graphsafe import POLICIES
+    from attnbench.kernels.workload import STRATEGIES
+
+    if not 1 <= seqs <= 4096:
+        raise UsageError(f"--seqs: must be between 1 and 4096, got {seqs}")
+    check_choices(strategy, STRATEGIES, "--strategy", "strategy")
+    check_choices(policy, POLICIES, "--policy", "policy")
+    for values, flag in [(backend or [], "--backend"), (strategy, "--strategy"), (policy, "--policy")]:
+        check_unique(values, flag)
 
 
 def _check_judgeable(rows: list[dict]) -> None:
