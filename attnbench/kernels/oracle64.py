@@ -54,11 +54,10 @@ def eager_check(backend: Backend, strategy: str, point: SweepPoint, batches: tup
                 device: torch.device) -> dict:
     """verdict, reason and rel_l2_error of `strategy` planned on each batch and run once, against
     float64_attention; the first batch that fails names itself."""
-    checks = []
+    checks, dtype = [], torch_dtype(point.dtype)
     for i, batch in enumerate(batches):
         table = build_block_table(batch, point.block_size, point.seed + i)
         gen = torch.Generator(device=device).manual_seed(point.seed + i)
-        dtype = torch_dtype(point.dtype)
         cache_shape = (num_cache_blocks(batch, point.block_size), point.block_size, point.num_kv_heads,
                        point.head_dim)
         q = torch.randn((batch.num_tokens, point.num_heads, point.head_dim), generator=gen, device=device, dtype=dtype)
