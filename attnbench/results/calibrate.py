@@ -34,7 +34,6 @@ from attnbench.errors import AttnbenchError, UsageError
 from attnbench.results.compare import Comparison, compare_runs
 from attnbench.results.read import KERNEL, canonical, load_run
 from attnbench.results.replicates import parse_times, spread
-from attnbench.results.verdicts import on_cpu
 
 CPU_NO_THRESHOLD = ("no A/A-clean threshold: the pair timed on the CPU, where compare gives no verdict, so no "
                     "threshold gates it; calibrate on the GPU runner that gates")
@@ -87,8 +86,7 @@ def _replicate_spreads(df: pd.DataFrame, key: list[str]) -> dict[str, float]:
 def calibrate_pair(a: pd.DataFrame, b: pd.DataFrame) -> Calibration:
     """Thresholds from an A/A pair of kernel runs (a as BASE, b as NEW): none for CPU timings."""
     key = list(KERNEL.key)
-    cpu = on_cpu(a, {}) or on_cpu(b, {})
-    comparison: Comparison = compare_runs(a, b, 0.0, key, KERNEL, cpu)
+    comparison: Comparison = compare_runs(a, b, 0.0, key, KERNEL)
     rows = comparison.rows.copy()
     if rows.empty:
         raise AttnbenchError("the two runs timed no row in common: nothing to calibrate")
@@ -104,7 +102,7 @@ def calibrate_pair(a: pd.DataFrame, b: pd.DataFrame) -> Calibration:
     shown = ["label", "base_time", "new_time", "ratio", "ci_low", "ci_high", "method", "spread_a", "spread_b",
              "clean_need", "same_need"]
     notes = comparison.notes() + comparison.unmatched()
-    if cpu:
+    if comparison.cpu:
         return Calibration(None, None, rows[shown], notes, CPU_NO_THRESHOLD)
     return Calibration(round_up(rows["clean_need"].max()), round_up(rows["same_need"].max()), rows[shown], notes)
 

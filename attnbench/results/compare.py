@@ -6,11 +6,9 @@ that counts (results/verdicts.py: slower, faster, same, noisy, and which rows ge
 
 The interval (`method`): `replicates` when both rows hold >= 2 replicate medians: Welch's t on
 their logs (results/replicates.py says why not a bootstrap); replicates re-allocate, re-plan and
-re-capture, so it includes what differs between runs. Else (older runs, --replicates 1) the
-earlier `bootstrap` over one run's samples, which knows within-run noise only; `p10-p90` with fewer
-than 5 samples; `median only` without any spread. compare_runs then keeps only what the data
-supports (verdicts.supported): without replicates the interval widens to the runs' own spread, and
-CPU timings get no verdict.
+re-capture, so it includes what differs between runs. Else (older runs, --replicates 1) a
+`bootstrap` over one run's samples (within-run noise only), `p10-p90` with fewer than 5 samples,
+`median only` without any spread; compare_runs then keeps what the data supports (verdicts.py).
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ from attnbench.kernels.workload import LABEL, SweepPoint
 from attnbench.results.files import results_file
 from attnbench.results.read import KERNEL, MEASURED, ResultKind, canonical
 from attnbench.results.replicates import CONFIDENCE, MIN_REPLICATES, parse_times, welch_log_ratio
-from attnbench.results.verdicts import CPU_NO_VERDICT, VERDICTS, classify, supported
+from attnbench.results.verdicts import CPU_NO_VERDICT, VERDICTS, classify, on_cpu, supported
 
 RESAMPLES = 1000
 MIN_SAMPLES = 5  # below this a bootstrap median takes a handful of values: use the p10..p90 spread
@@ -164,8 +162,10 @@ class Comparison:
 def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float, key: list[str] | None = None,
                  kind: ResultKind = KERNEL, cpu: bool = False) -> Comparison:
     """Rows of BASE and NEW (of one kind) matched on key (default: the kind's whole key) and judged as
-    far as the data supports (cpu: one run timed on the CPU, verdicts.on_cpu)."""
+    far as the data supports. A run whose rows say device = cpu is known here; cpu=True: the caller
+    knows so from env.json (verdicts.on_cpu)."""
     key = list(kind.key) if key is None else key
+    cpu = cpu or on_cpu(base, {}) or on_cpu(new, {})
     base_k, new_k = _keyed(base, "BASE", key), _keyed(new, "NEW", key)
     common = base_k.index.intersection(new_k.index, sort=False)
     if common.empty:
