@@ -72,10 +72,13 @@ def cpu_pair(tmp_path: Path) -> tuple[Path, Path]:
 def test_identical_cpu_runs_get_no_verdict_in_either_order(tmp_path, cli, order):
     a, b = cpu_pair(tmp_path)
     base, new = (a, b) if order == "a-b" else (b, a)
-    result = cli("compare", base, new, "--threshold", "1%")
+    result = cli("compare", base, new, "--threshold", "1%", "--markdown", tmp_path / "c.md")
     assert result.exit_code == 0, result.output
     assert result.output.count("CPU timings: no verdict") == 1
     assert "8 rows compared: 0 slower, 0 faster, 0 noisy, 0 same, 8 unjudged" in result.output
+    report = (tmp_path / "c.md").read_text()
+    assert report.startswith("### attnbench compare: no regression shown (CPU timings: no verdict)")
+    assert "slower |" not in report and "faster |" not in report
 
 
 def test_a_cpu_run_is_known_by_its_rows_or_else_its_env():

@@ -283,7 +283,8 @@ def _markdown_rows(rows: pd.DataFrame, unit: str) -> list[str]:
 
 
 def markdown(c: Comparison, env_diff: list[tuple[str, object, object]]) -> str:
-    head = "**regression**" if c.regressed else "no verdict" if c.count("unjudged") == len(c.rows) else "no regression"
+    head = "**regression**" if c.regressed else "no regression shown (CPU timings: no verdict)" if c.cpu else \
+        "no regression"
     lines = [f"### attnbench compare: {head}", "", summary_line(c), ""]
     if env_diff:
         lines += ["| environment | base | new |", "|---|---|---|",
