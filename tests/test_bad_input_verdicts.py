@@ -15,11 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bad_input_cli import SCENARIO, SETTINGS, assert_one_error_line, invoke
-from test_verdicts import ENVS, run_dir, run_rows
+from test_verdicts import E2E_ROW, ENVS, run_dir, run_rows
 
-E2E_ROW = dict(model="tiny", dtype="bfloat16", block_size=16, chunk_size=512, tp=1, input_len=8, output_len=4,
-               batch_size=1, backend="reference", strategy="unified", mode="eager", cudagraph="none",
-               device="cuda", verdict="pass", request_p50_s=0.5, request_p90_s=0.6)
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -68,7 +65,7 @@ def test_compare_refuses_any_threshold_text_that_is_not_a_fraction_in_range(runs
         value = None
     if value is not None and 0 <= value < 1:
         return  # a valid threshold: not this property's input
-    refused(runs, ["compare", "base", "new", "--threshold", text], "--threshold")
+    refused(runs, ["compare", "base", "new", f"--threshold={text}"], "--threshold")
 
 
 @pytest.mark.parametrize("args, named", [

@@ -28,6 +28,9 @@ POINT = dict(kind="decode", num_tokens=8, num_heads=4, num_kv_heads=4, head_dim=
              decode_seqs=0, backend="reference", library="torch", library_version="2.5", strategy="unified",
              mode="eager", l2="warm")
 ENVS = {"cpu": {"gpu": None, "cpu": "x86_64", "torch": "2.5"}, "cuda": {"gpu": {"name": "NVIDIA H200"}, "torch": "2.5"}}
+E2E_ROW = dict(model="tiny", dtype="bfloat16", block_size=16, chunk_size=512, tp=1, input_len=8, output_len=4,
+               batch_size=1, backend="reference", strategy="unified", mode="eager", cudagraph="none",
+               device="cuda", verdict="pass", request_p50_s=0.5, request_p90_s=0.52)
 CONFIGS = [(kind, tokens, strategy) for kind in ("decode", "prefill") for tokens in (8, 16)
            for strategy in ("unified", "split")]  # 8 rows, as the CPU run
 
@@ -135,6 +138,18 @@ def test_an_e2e_row_mirrors_its_p90_for_the_lower_end():
     low, high = spread_interval(base, new, "request_p50_s", ("", "request_p90_s"))
     assert low == pytest.approx((2.0 ** 2 / 2.2) / 1.1) and high == pytest.approx(2.2 / (1.0 ** 2 / 1.1))
     assert spread_interval(base, pd.Series({"request_p50_s": 2.0}), "request_p50_s", ("", "request_p90_s")) is None
+
+
+@pytest.mark.parametrize("factor, exit_code, counts", [(1.5, 1, "2 slower"), (1.01, 0, "0 slower, 0 faster")])
+def test_a_gpu_e2e_pair_is_judged_within_its_p50_to_p90_spread(tmp_path, cli, factor, exit_code, counts):
+    rows = [{**E2E_ROW, "batch_size": n} for n in (1, 2)]
+    slow = [{**r, "request_p50_s": r["request_p50_s"] * factor, "request_p90_s": r["request_p90_s"] * factor}
+            for r in rows]
+    for name, table in (("base", rows), ("new", slow)):
+        (tmp_path / name).mkdir()
+        pd.DataFrame(table).to_csv(tmp_path / name / "results.csv", index=False)
+    result = cli("compare", tmp_path / "base", tmp_path / "new")
+    assert result.exit_code == exit_code and counts in result.output, result.output
 
 
 def replicated_rows(medians: list[list[float]], device: str = "cuda") -> pd.DataFrame:
