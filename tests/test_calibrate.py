@@ -67,8 +67,10 @@ def test_calibrate_a_tiny_cpu_scenario_end_to_end(tmp_path, cli, monkeypatch):
                                         'context = 16\ndevice = "cpu"\nbudget_ms = 3\nreplicates = 2\n')
     result = cli("calibrate", "tiny.toml", "--out", "cal")
     assert result.exit_code == 0, result.output
-    assert "run a:" in result.output and "run b:" in result.output and "A/A-clean threshold:" in result.output
+    assert "run a:" in result.output and "run b:" in result.output
+    assert "no A/A-clean threshold: the pair timed on the CPU" in result.output  # issue 20: no CPU threshold
     saved = json.loads((tmp_path / "cal" / "calibrate.json").read_text())
+    assert saved["clean_threshold"] is None and saved["no_threshold"].startswith("no A/A-clean threshold")
     assert len(saved["rows"]) == 2 and {r["method"] for r in saved["rows"]} == {"replicates"}
     assert (tmp_path / "cal" / "a" / "results.csv").is_file() and (tmp_path / "cal" / "b" / "scenario.json").is_file()
     refused = cli("calibrate", "tiny.toml", "--out", "cal")

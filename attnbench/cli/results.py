@@ -24,7 +24,7 @@ from attnbench.cli.options import list_of
 from attnbench.console import make_console
 from attnbench.errors import UsageError
 
-VERDICT_STYLE = {"slower": "bold red", "faster": "green", "same": "dim", "noisy": "yellow"}
+VERDICT_STYLE = {"slower": "bold red", "faster": "green", "same": "dim", "noisy": "yellow", "unjudged": "dim"}
 
 
 def compare(
@@ -34,20 +34,26 @@ def compare(
     markdown: Annotated[Optional[Path], typer.Option(help="Also write a Markdown report for a PR comment. Example: --markdown compare.md")] = None,
     ignore: Annotated[Optional[list], typer.Option(parser=list_of(str, "--ignore"), help="Key columns to leave out of the match, e.g. to compare an eager run with a graph run, or two backends. Example: --ignore mode")] = None,
 ) -> None:
-    """Compare NEW with BASE row by row; exit 1 when a row got slower beyond threshold and noise,
-    or a row that passed the accuracy check in BASE fails it (or errors) in NEW.
+    """Compare NEW with BASE row by row, and call a row slower or faster only where the data can tell.
 
     Rows match on their configuration key. Per row: the ratio new / base of the median, an interval
-    for it (Welch's t over replicate medians; a bootstrap over one run's samples for runs without
-    replicates), and a verdict: slower, faster, same or noisy. e2e runs compare their p50 request
-    latency (median only: they store no samples). Find the threshold for your runner with
-    `attnbench calibrate`.
+    for it, and a verdict: slower, faster, same or noisy. The interval comes from Welch's t over
+    replicate medians; a row without replicates in both runs has its interval widened to the two
+    runs' own p10..p90 spread (one run's samples cannot see drift between runs); a row that stores
+    no spread gets no verdict (-). CPU timings get no verdict at all (the output says why once):
+    identical CPU runs differ by more than a gate can tell from a change. e2e runs compare their
+    p50 request latency. Find the threshold for your runner with `attnbench calibrate`.
+
+    Exit status: 0 when no regression is shown, including when no row could be judged (CPU
+    timings); 1 when a row is slower beyond threshold and noise, or a row that passed the accuracy
+    check in BASE fails it (or errors) in NEW (on the CPU too); 1 with one error line on bad input.
 
     Example: attnbench compare results/main results/pr --threshold 5% --markdown compare.md
     """
     from attnbench.results import compare as cmp
     from attnbench.results.export import write_output
     from attnbench.results.read import load_run, one_kind
+    from attnbench.results.verdicts import on_cpu
 
     console = make_console()
     with user_errors(console):
@@ -55,11 +61,16 @@ def compare(
         runs = [load_run(base, "BASE"), load_run(new, "NEW")]
         kind = one_kind(runs, "compare")
         key = cmp.match_columns(ignore, kind)
-        result = cmp.compare_runs(runs[0].rows, runs[1].rows, smallest, key, kind)
-        env_diff = cmp.env_differences(cmp.load_env(base, "BASE"), cmp.load_env(new, "NEW"))
+        envs = [cmp.load_env(base, "BASE"), cmp.load_env(new, "NEW")]
+        cpu = any(on_cpu(run.rows, env) for run, env in zip(runs, envs))
+        result = cmp.compare_runs(runs[0].rows, runs[1].rows, smallest, key, kind, cpu)
+        env_diff = cmp.env_differences(*envs)
         if markdown:
             write_output(markdown, cmp.markdown(result, env_diff), "--markdown", runs)
     print_comparison(console, result, env_diff)
+    if os.path.samefile(runs[0].source, runs[1].source):
+        console.print(f"[yellow]BASE and NEW are the same file ({escape(str(runs[0].source))}): every row "
+                      "matches itself, so this shows no run-to-run noise; compare two runs[/]", highlight=False)
     if markdown:
         console.print(f"markdown: {escape(str(markdown))}", highlight=False)
     print_regressions(console, result)
@@ -79,15 +90,16 @@ def print_comparison(console: Console, result, env_diff) -> None:
     marks = {"replicates": "", "bootstrap": "°", "p10-p90": "*", "median only": "**"}
     for r in result.rows.itertuples(index=False):
         check = "" if r.check == "pass" else f" (new: check {escape(str(r.check))})"
+        verdict = "-" if r.verdict == "unjudged" else r.verdict
         table.add_row(escape(r.label), f"{r.base_time:.4f}", f"{r.new_time:.4f}", f"{r.ratio:.3f}",
                       f"{r.ci_low:.3f}-{r.ci_high:.3f}{marks[r.method]}",
-                      f"[{VERDICT_STYLE[r.verdict]}]{r.verdict}[/]{check}")
+                      f"[{VERDICT_STYLE[r.verdict]}]{verdict}[/]{check}")
     console.print(table)
     used = set(result.rows["method"])
     if used - {"replicates"}:
         console.print("interval: Welch's t over replicate medians; ° bootstrap over one run's samples (no "
-                      "replicates); * p10..p90 spread (too few samples); ** median only (no spread stored)",
-                      highlight=False)
+                      "replicates); * reaching the two runs' p10..p90 spread (no replicates); ** median only "
+                      "(no spread stored); verdict -: none (why below)", highlight=False)
     for line in [*result.notes(), *result.unmatched()]:
         console.print(f"[yellow]{escape(line)}[/]", soft_wrap=True, highlight=False)
     style = "bold red" if result.regressed else "green"

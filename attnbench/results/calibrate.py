@@ -6,10 +6,14 @@ Only two runs of the same code on the same machine, each in its own process (its
 allocations, graphs and plans), show what differs between runs. calibrate makes that pair and
 reads off, from compare's own intervals and verdict rule:
 
-- `clean`: the smallest threshold at which no row is `slower` or `faster` (a row whose interval
-  excludes 1 needs a threshold of at least its change);
+- `clean`: the smallest threshold at which no row is `slower` or `faster`, and never below the
+  largest change the pair showed (a row that moved 8 % between two identical runs is what the
+  gate must absorb, whatever its interval says);
 - `all same`: the smallest threshold at which every row is `same` (its whole interval inside);
 - per row: its ratio, interval, method and the spread of its replicate medians in each run.
+
+On the CPU there is no threshold: compare gives CPU timings no verdict (results/verdicts.py), so
+no threshold gates them; calibrate shows the rows and says so.
 
 Pure functions over two results plus one that runs the pair; the Typer command is cli/calibrate.py.
 """
@@ -31,6 +35,9 @@ from attnbench.results.compare import Comparison, compare_runs
 from attnbench.results.read import KERNEL, canonical, load_run
 from attnbench.results.replicates import parse_times, spread
 
+CPU_NO_THRESHOLD = ("no A/A-clean threshold: the pair timed on the CPU, where compare gives no verdict, so no "
+                    "threshold gates it; calibrate on the GPU runner that gates")
+
 
 def clean_need(ratio: float, low: float, high: float) -> float:
     """The smallest threshold at which compare calls this row neither slower nor faster."""
@@ -39,6 +46,11 @@ def clean_need(ratio: float, low: float, high: float) -> float:
     if high < 1:
         return 1 / ratio - 1
     return 0.0
+
+
+def change(ratio: float) -> float:
+    """How far apart the two runs landed on a row, either way: 1.08 and 1 / 1.08 are both 8 %."""
+    return max(ratio, 1 / ratio) - 1
 
 
 def same_need(low: float, high: float) -> float:
@@ -53,13 +65,15 @@ def round_up(fraction: float) -> float:
 
 @dataclass
 class Calibration:
-    clean: float
-    all_same: float
+    clean: float | None     # None: the pair supports no threshold (no_threshold says why)
+    all_same: float | None
     rows: pd.DataFrame  # label, base_time, new_time, ratio, ci_low, ci_high, method, spread_a, spread_b, clean_need
     notes: list[str]
+    no_threshold: str = ""
 
     def to_json(self) -> str:
-        return json.dumps({"clean_threshold": self.clean, "all_same_threshold": self.all_same, "notes": self.notes,
+        return json.dumps({"clean_threshold": self.clean, "all_same_threshold": self.all_same,
+                           "no_threshold": self.no_threshold or None, "notes": self.notes,
                            "rows": self.rows.to_dict(orient="records")}, indent=2, default=float) + "\n"
 
 
@@ -70,7 +84,7 @@ def _replicate_spreads(df: pd.DataFrame, key: list[str]) -> dict[str, float]:
 
 
 def calibrate_pair(a: pd.DataFrame, b: pd.DataFrame) -> Calibration:
-    """Thresholds from an A/A pair of kernel runs (a as BASE, b as NEW)."""
+    """Thresholds from an A/A pair of kernel runs (a as BASE, b as NEW): none for CPU timings."""
     key = list(KERNEL.key)
     comparison: Comparison = compare_runs(a, b, 0.0, key, KERNEL)
     rows = comparison.rows.copy()
@@ -80,13 +94,17 @@ def calibrate_pair(a: pd.DataFrame, b: pd.DataFrame) -> Calibration:
     spread_a, spread_b = _replicate_spreads(a, key), _replicate_spreads(b, key)
     rows["spread_a"] = [spread_a.get(k, math.nan) for k in row_keys]
     rows["spread_b"] = [spread_b.get(k, math.nan) for k in row_keys]
-    rows["clean_need"] = [clean_need(r, lo, hi) for r, lo, hi in zip(rows["ratio"], rows["ci_low"], rows["ci_high"])]
-    rows["same_need"] = [same_need(lo, hi) for lo, hi in zip(rows["ci_low"], rows["ci_high"])]
+    rows["clean_need"] = [max(clean_need(r, lo, hi), change(r))
+                          for r, lo, hi in zip(rows["ratio"], rows["ci_low"], rows["ci_high"])]
+    rows["same_need"] = [max(same_need(lo, hi), change(r))
+                         for r, lo, hi in zip(rows["ratio"], rows["ci_low"], rows["ci_high"])]
     rows = rows.sort_values("clean_need", ascending=False, kind="stable").reset_index(drop=True)
     shown = ["label", "base_time", "new_time", "ratio", "ci_low", "ci_high", "method", "spread_a", "spread_b",
              "clean_need", "same_need"]
-    return Calibration(round_up(rows["clean_need"].max()), round_up(rows["same_need"].max()), rows[shown],
-                       comparison.notes() + comparison.unmatched())
+    notes = comparison.notes() + comparison.unmatched()
+    if comparison.cpu:
+        return Calibration(None, None, rows[shown], notes, CPU_NO_THRESHOLD)
+    return Calibration(round_up(rows["clean_need"].max()), round_up(rows["same_need"].max()), rows[shown], notes)
 
 
 # ---- running the pair ---------------------------------------------------------------------------
@@ -121,6 +139,4 @@ def run_pair(args: list[str], out: Path, say=print) -> tuple[pd.DataFrame, pd.Da
                                  f"{errors[-1][7:] if errors else 'see ' + str(log)}")
         say(f"run {name}: {time.perf_counter() - start:.1f} s -> {out / name}")
         runs.append(load_run(out / name, f"run {name}"))
-    if runs[0].kind is not KERNEL:
-        raise UsageError("calibrate takes kernel sweeps (attnbench kernel or a kernel scenario)")
     return runs[0].rows, runs[1].rows

@@ -2,15 +2,13 @@
 
 A bare threshold on the ratio of medians flags noise as regressions and hides real ones in noisy
 rows. Each row gets an interval for its ratio new / base; the threshold is the smallest effect
-that counts. slower: the interval lies above 1 and the ratio above 1 + threshold; faster: below 1
-and below 1 / (1 + threshold); same: the interval lies within [1 / (1 + threshold), 1 + threshold];
-noisy: none of these, the runs cannot tell a change of that size from noise.
+that counts (results/verdicts.py: slower, faster, same, noisy, and which rows get no verdict).
 
 The interval (`method`): `replicates` when both rows hold >= 2 replicate medians: Welch's t on
 their logs (results/replicates.py says why not a bootstrap); replicates re-allocate, re-plan and
-re-capture, so it includes what differs between runs. Else (older runs, --replicates 1) the
-earlier `bootstrap` over one run's samples, which knows within-run noise only (a note says so);
-`p10-p90` with fewer than 5 samples; `median only` without any spread (e2e rows).
+re-capture, so it includes what differs between runs. Else (older runs, --replicates 1) a
+`bootstrap` over one run's samples (within-run noise only), `p10-p90` with fewer than 5 samples,
+`median only` without any spread; compare_runs then keeps what the data supports (verdicts.py).
 """
 
 from __future__ import annotations
@@ -30,8 +28,8 @@ from attnbench.kernels.workload import LABEL, SweepPoint
 from attnbench.results.files import results_file
 from attnbench.results.read import KERNEL, MEASURED, ResultKind, canonical
 from attnbench.results.replicates import CONFIDENCE, MIN_REPLICATES, parse_times, welch_log_ratio
+from attnbench.results.verdicts import CPU_NO_VERDICT, VERDICTS, classify, on_cpu, supported
 
-VERDICTS = ("slower", "faster", "noisy", "same")
 RESAMPLES = 1000
 MIN_SAMPLES = 5  # below this a bootstrap median takes a handful of values: use the p10..p90 spread
 
@@ -63,19 +61,9 @@ def ratio_interval(base: np.ndarray, new: np.ndarray, seed: int = 0) -> tuple[fl
     return float(low), float(high)
 
 
-def classify(ratio: float, low: float, high: float, threshold: float) -> str:
-    top, bottom = 1 + threshold, 1 / (1 + threshold)
-    if low > 1 and ratio > top:
-        return "slower"
-    if high < 1 and ratio < bottom:
-        return "faster"
-    if bottom <= low and high <= top:
-        return "same"
-    return "noisy"
-
-
 def judge(base: pd.Series, new: pd.Series, threshold: float, measure: str = "median_ms") -> dict:
-    """One matched row pair -> ratio, interval, how the interval was made (the docstring's method), verdict."""
+    """One matched row pair -> ratio, interval, how the interval was made (the docstring's method), and
+    the verdict that interval gives (before compare_runs asks what the data supports)."""
     ratio = new[measure] / base[measure]
     base_reps, new_reps = parse_times(base.get("replicate_medians_ms")), parse_times(new.get("replicate_medians_ms"))
     base_samples, new_samples = parse_samples(base.get("samples_ms")), parse_samples(new.get("samples_ms"))
@@ -125,6 +113,7 @@ class Comparison:
     threshold: float
     label_columns: list[str]  # the key columns that tell the rows of both runs apart
     unit: str = "ms"          # of base_time and new_time: ms for kernel rows, s for e2e rows
+    cpu: bool = False         # one run or both timed on the CPU: no row gets a verdict
 
     def labels(self, frame: pd.DataFrame) -> list[str]:
         return labels(frame, self.label_columns)
@@ -150,13 +139,19 @@ class Comparison:
         return self.labels(timed) + self.labels(untimed)
 
     def notes(self) -> list[str]:
-        """What the intervals could not see: rows judged without replicates in both runs."""
+        """Why rows got no verdict, and what the intervals could not see (rows without replicates)."""
+        lines = [CPU_NO_VERDICT] if self.cpu else []
+        unjudged = self.count("unjudged")
+        if unjudged and not self.cpu:
+            lines.append(f"{unjudged} row(s) store no spread (median only): no verdict, nothing says how noisy "
+                         "they are")
         fallback = self.rows[self.rows["method"] != "replicates"]
-        if fallback.empty or self.unit != "ms":
-            return []
-        return [f"{len(fallback)} of {len(self.rows)} row(s) lack replicates in one run or both (an older run, or "
-                "--replicates 1): their interval knows one run's sampling noise only, so drift between runs can "
-                "read as a change; run both with --replicates 3"]
+        if not fallback.empty and self.unit == "ms":
+            widened = "" if self.cpu else (", so their interval is widened to the two runs' own p10..p90 spread; "
+                                           "run both with --replicates 3")
+            lines.append(f"{len(fallback)} of {len(self.rows)} row(s) lack replicates in one run or both (an older "
+                         f"run, or --replicates 1): one run's samples cannot see drift between runs{widened}")
+        return lines
 
     @property
     def regressed(self) -> bool:
@@ -165,9 +160,12 @@ class Comparison:
 
 
 def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float, key: list[str] | None = None,
-                 kind: ResultKind = KERNEL) -> Comparison:
-    """Rows of BASE and NEW (of one kind) matched on key (default: the kind's whole key) and judged."""
+                 kind: ResultKind = KERNEL, cpu: bool = False) -> Comparison:
+    """Rows of BASE and NEW (of one kind) matched on key (default: the kind's whole key) and judged as
+    far as the data supports. A run whose rows say device = cpu is known here; cpu=True: the caller
+    knows so from env.json (verdicts.on_cpu)."""
     key = list(kind.key) if key is None else key
+    cpu = cpu or on_cpu(base, {}) or on_cpu(new, {})
     base_k, new_k = _keyed(base, "BASE", key), _keyed(new, "NEW", key)
     common = base_k.index.intersection(new_k.index, sort=False)
     if common.empty:
@@ -178,7 +176,9 @@ def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float, key: l
     for k in timed:
         b, n = base_k.loc[k], new_k.loc[k]
         records.append({**{c: n[c] for c in key}, "base_time": b[kind.measure], "new_time": n[kind.measure],
-                        **judge(b, n, threshold, kind.measure), "check": n["verdict"], "base_check": b["verdict"]})
+                        **supported(judge(b, n, threshold, kind.measure), b, n, threshold, kind.measure, kind.spread,
+                                    cpu),
+                        "check": n["verdict"], "base_check": b["verdict"]})
     rows = pd.DataFrame(records, columns=[*key, "base_time", "new_time", "ratio", "ci_low", "ci_high",
                                           "method", "verdict", "check", "base_check"])
     label_columns = varying(pd.concat([base, new]), key)
@@ -194,7 +194,7 @@ def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float, key: l
         return frame.loc[frame.index.difference(common, sort=False), key].reset_index(drop=True)
 
     return Comparison(rows=rows, only_base=only(base_k), only_new=only(new_k), untimed=untimed.reset_index(drop=True),
-                      threshold=threshold, label_columns=label_columns, unit=kind.unit)
+                      threshold=threshold, label_columns=label_columns, unit=kind.unit, cpu=cpu)
 
 
 # ---- labels: a row named by the key columns that tell it apart ----------------------------------
@@ -268,7 +268,7 @@ def env_differences(base_env: dict, new_env: dict) -> list[tuple[str, object, ob
 # ---- Markdown for a PR comment --------------------------------------------------------------------
 
 def summary_line(c: Comparison) -> str:
-    counts = ", ".join(f"{c.count(v)} {v}" for v in VERDICTS)
+    counts = ", ".join(f"{c.count(v)} {v}" for v in VERDICTS if v != "unjudged" or c.count(v))
     return f"{len(c.rows)} rows compared: {counts} (threshold {c.threshold:.1%}, {CONFIDENCE:.0%} intervals)"
 
 
@@ -283,7 +283,8 @@ def _markdown_rows(rows: pd.DataFrame, unit: str) -> list[str]:
 
 
 def markdown(c: Comparison, env_diff: list[tuple[str, object, object]]) -> str:
-    head = "**regression**" if c.regressed else "no regression"
+    head = "**regression**" if c.regressed else "no regression shown (CPU timings: no verdict)" if c.cpu else \
+        "no regression"
     lines = [f"### attnbench compare: {head}", "", summary_line(c), ""]
     if env_diff:
         lines += ["| environment | base | new |", "|---|---|---|",

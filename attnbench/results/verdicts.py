@@ -1,0 +1,83 @@
+"""Which verdicts the data can support: compare and calibrate call a row slower or faster only here.
+
+An interval from one run's samples knows that run's sampling noise only; two identical runs differ
+by more (issue 9: fresh allocations, plans and graphs; issue 20: on the CPU, the machine's other
+work). So a row's interval stands as computed only where it comes from replicates (between-run
+noise, results/replicates.py). Elsewhere the interval is widened to the two runs' own p10..p90
+spread: a change is called only when it moves one run's typical time outside the other's central
+samples. A row that stores no spread at all gets no verdict. Neither do CPU timings: a CPU shares
+its cores, caches and clock with everything else on the machine, so identical runs land further
+apart than most changes a gate looks for, and no interval from the runs themselves can tell.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+VERDICTS = ("slower", "faster", "noisy", "same", "unjudged")
+CPU_NO_VERDICT = ("CPU timings: no verdict (a CPU shares its cores, caches and clock with the rest of the machine, "
+                  "so two runs of the same command differ by more than a gate can tell from a change; compare "
+                  "GPU runs for a verdict); ratios are shown for reading only")
+
+
+def classify(ratio: float, low: float, high: float, threshold: float) -> str:
+    """slower: the interval lies above 1 and the ratio above 1 + threshold; faster: below 1 and
+    below 1 / (1 + threshold); same: the interval inside [1 / (1 + threshold), 1 + threshold];
+    noisy: none of these, the runs cannot tell a change of that size from noise."""
+    top, bottom = 1 + threshold, 1 / (1 + threshold)
+    if low > 1 and ratio > top:
+        return "slower"
+    if high < 1 and ratio < bottom:
+        return "faster"
+    if bottom <= low and high <= top:
+        return "same"
+    return "noisy"
+
+
+def on_cpu(rows: pd.DataFrame, env: dict) -> bool:
+    """Whether a run timed on the CPU: its rows' device column, else (older files) an env.json
+    that names no GPU but a CPU."""
+    devices = rows["device"].dropna().astype(str).str.strip() if "device" in rows else pd.Series(dtype=str)
+    devices = devices[devices != ""]
+    if not devices.empty:
+        return bool(devices.str.startswith("cpu").any())
+    return env.get("gpu", "") is None and "cpu" in env
+
+
+def _spread(row: pd.Series, measure: str, columns: tuple[str, str]) -> tuple[float, float] | None:
+    """A row's (low, high) spread around its measure; an e2e row stores its upper end only, so the
+    lower end mirrors it on a log scale. None when the row stores no spread."""
+    low_column, high_column = columns
+    high = row.get(high_column, math.nan) if high_column else math.nan
+    if pd.isna(high):
+        return None
+    low = row.get(low_column, math.nan) if low_column else row[measure] ** 2 / high
+    if pd.isna(low):
+        return None
+    return float(low), float(high)
+
+
+def spread_interval(base: pd.Series, new: pd.Series, measure: str,
+                    columns: tuple[str, str]) -> tuple[float, float] | None:
+    """new / base as far as the two runs' own spreads reach: (new low / base high, new high / base low)."""
+    b, n = _spread(base, measure, columns), _spread(new, measure, columns)
+    if b is None or n is None:
+        return None
+    return n[0] / b[1], n[1] / b[0]
+
+
+def supported(judged: dict, base: pd.Series, new: pd.Series, threshold: float, measure: str,
+              columns: tuple[str, str], cpu: bool) -> dict:
+    """judge's result (compare.judge) with only the verdict the data supports (the module docstring)."""
+    if cpu:
+        return {**judged, "verdict": "unjudged"}
+    if judged["method"] == "replicates":
+        return judged
+    floor = spread_interval(base, new, measure, columns)
+    if floor is None:
+        return {**judged, "verdict": "unjudged"}
+    low, high = min(judged["ci_low"], floor[0]), max(judged["ci_high"], floor[1])
+    return {**judged, "ci_low": low, "ci_high": high, "method": "p10-p90",
+            "verdict": classify(judged["ratio"], low, high, threshold)}
