@@ -87,14 +87,25 @@ def resume_state(plan: SweepPlan, run: RunDir, env: dict,
     """(points finished, rows kept) of the run in its directory that this one resumes; refused, with
     nothing there changed, unless it is the same sweep on the same machine (runs/resume.py).
     whole: the plan of every point the directory's rows may hold (torchrun: every rank's)."""
-    _, rows = check_resume(run, env)
-    whole = whole or plan
-    allowed = {point_key(p.key()) for p in (*whole.points, *(u[0] for u in whole.unfit))}
-    check_foreign(run.path, rows, KEY, allowed, {"backend": set(plan.backends), "strategy": set(plan.strategies),
-                                                 "mode": set(plan.modes)})
+    rows = resumable_rows(whole or plan, run, env)
     run.reopen()
     done = KEY.completed(rows, {(b, s, m) for b in plan.backends for s in plan.strategies for m in plan.modes})
     return done, [{**files.ADDED_KEYS, **r} for r in rows if point_key(r) in done]
+
+
+def resumable_rows(plan: SweepPlan, run: RunDir, env: dict) -> list[dict]:
+    """The rows of `run`, once every check a resume makes has passed; nothing is changed."""
+    _, rows = check_resume(run, env)
+    allowed = {point_key(p.key()) for p in (*plan.points, *(u[0] for u in plan.unfit))}
+    check_foreign(run.path, rows, KEY, allowed, {"backend": set(plan.backends), "strategy": set(plan.strategies),
+                                                 "mode": set(plan.modes)})
+    return rows
+
+
+def check_kernel_resume(args: KernelArgs, plan: SweepPlan, path: Path, command: list[str]) -> None:
+    """Refuse, changing nothing, what `run_kernel` would refuse to resume in `path` (a scenario
+    checks every sweep's directory before it resumes any)."""
+    resumable_rows(plan, RunDir.prepare(path, resume=True), run_env(command, args, plan))
 
 
 def without(plan: SweepPlan, done: set[tuple[str, ...]]) -> SweepPlan:
