@@ -12,7 +12,6 @@ made it, and every row of results.csv must be one this sweep would measure (fore
 
 from __future__ import annotations
 
-import csv
 from dataclasses import fields
 from pathlib import Path
 
@@ -76,8 +75,10 @@ def check_resume(run: RunDir, env: dict) -> tuple[dict, list[dict]]:
     old_env = run.read_env()
     run.check_resumable(old_env, env)
     check_same_sweep(run.path, old_env, env)
-    check_rows(run.path, env["sweep"]["command"])
-    return old_env, run.read_rows()
+    rows = run.read_rows()
+    if rows:  # none: stopped before its first point
+        check_rows(run.path, env["sweep"]["command"])
+    return old_env, rows
 
 
 def check_same_sweep(path: Path, old_env: dict, new_env: dict) -> None:
@@ -102,12 +103,8 @@ def check_same_sweep(path: Path, old_env: dict, new_env: dict) -> None:
 
 def check_rows(path: Path, command: str) -> None:
     """results.csv holds rows of `command`'s kind, of the right types, one per configuration."""
-    source = path / "results.csv"
-    with source.open(newline="") as f:
-        if sum(1 for _ in csv.reader(f)) < 2:
-            return  # stopped before its first point: a header only
     try:
-        run = load_run(source, "--resume")
+        run = load_run(path / "results.csv", "--resume")
     except AttnbenchError as exc:
         raise UsageError(f"{exc}; fix or remove the row, or start a new directory") from None
     if run.kind.name != command:
