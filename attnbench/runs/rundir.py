@@ -2,17 +2,18 @@
 
 Why: a run into a directory that already held one used to overwrite results.csv and leave the
 old parquet beside it; two runs at once mixed their rows; a results.csv that was a symlink was
-followed; and `--force` removed files by their names, a user's own `notes.png` among them. Here,
-for every command that writes a run (kernel, e2e, scenarios, merge, calibrate):
+followed; `--force` removed files by their names, a user's own `notes.png` among them; a refused
+resume had already removed the outputs. Here, for every command that writes a run:
 - a run claims `--out` only if it is new or empty; `--resume` keeps results.csv and env.json (and
-  the measured agreement.csv and telemetry.csv) and removes the outputs made from them;
-- every top-level file and folder a run writes is recorded in `.attnbench-files.json` (rewritten
-  atomically as they are written), and `--force` removes only those: never a file or folder it
-  did not record, and a link is unlinked, never followed. A directory with no record (made by an
-  attnbench from before the record) falls back to the names attnbench writes (OLD_OUTPUTS);
-- a lock file (`.attnbench.lock`, holding the pid) refuses a second live run in the directory;
-- files are written to a temporary name and renamed over the final one (results/atomic.py);
-- results.csv is appended row by row through a descriptor opened with O_NOFOLLOW (files.RowWriter).
+  the measured agreement.csv and telemetry.csv) and, once the job's checks pass (runs/resume.py),
+  removes the outputs made from them (reopen);
+- every top-level file and folder a run writes is recorded in `.attnbench-files.json`; `--force`
+  removes only those, never a file or folder it did not record; a link is unlinked, not followed
+  (a directory without a record, an older attnbench's, falls back to OLD_OUTPUTS);
+- a lock file (`.attnbench.lock`, the pid) refuses a second live run before anything is removed;
+  a write into the directory that fails (read-only, full) ends the run in one error line;
+- files are written to a temporary name and renamed over the final one (results/atomic.py), and
+  results.csv is appended row by row through a descriptor opened with O_NOFOLLOW (files.RowWriter).
 Resume keys: a point is finished when an earlier run holds a row for every (backend, strategy[,
 mode]) this run needs (ResumeKey, one implementation for the kernel and e2e jobs).
 """
@@ -20,7 +21,6 @@ mode]) this run needs (ResumeKey, one implementation for the kernel and e2e jobs
 from __future__ import annotations
 
 import csv
-import errno
 import json
 import os
 import shutil
@@ -238,23 +238,19 @@ class RunDir:
             with self.recording():
                 yield self
         except OSError as exc:
-            if not self._inside(exc.filename):
+            if exc.filename is None or Path(str(exc.filename)).parent != self.path:
                 raise
             raise self._write_error(exc) from None
         finally:
             with suppress(OSError):  # a directory made read-only keeps the lock: a later run takes it over
                 lock.unlink(missing_ok=True)
 
-    def _inside(self, filename) -> bool:
-        return isinstance(filename, (str, bytes, os.PathLike)) and Path(os.fsdecode(filename)).parent == self.path
-
     def _write_error(self, exc: OSError) -> AttnbenchError:
-        name = Path(os.fsdecode(exc.filename)).name if exc.filename else str(self.path)
-        if name.startswith(".") and name.endswith(".tmp") and name != f".{LOCK}":  # replace_atomic's temporary
+        name = Path(str(exc.filename)).name if exc.filename else str(self.path)
+        if name.startswith(".") and name.endswith(".tmp"):  # replace_atomic's temporary .NAME.XXXXXXXX.tmp
             name = name[1:-4].rsplit(".", 1)[0]
-        verb = "write" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC) else "use"
         kept = " (results.csv keeps every point saved before)" if (self.path / "results.csv").is_file() else ""
-        return AttnbenchError(f"cannot {verb} {name} in {self.path}: {exc.strerror or exc}{kept}")
+        return AttnbenchError(f"cannot write {name} in {self.path}: {exc.strerror or exc}{kept}")
 
     def write_text(self, name: str, text: str) -> Path:
         self.record(self.path / name)
@@ -298,8 +294,6 @@ class RunDir:
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    except OSError as exc:  # PermissionError: a live process of another user
+        return not isinstance(exc, ProcessLookupError)
     return True
