@@ -183,6 +183,20 @@ def test_a_directory_where_resume_expects_a_file_is_refused(copy, name):
     refused(out, [*E2E_RUN, "--resume", out], named=f"{name} is a directory")
 
 
+@pytest.mark.parametrize("spoil, named", [
+    (lambda out: (out / "env.json").write_text("[1, 2]"), "not a JSON object"),
+    (lambda out: (out / "env.json").write_bytes(b"\xff\x00{"), "env.json is unreadable"),
+    (lambda out: ((out / "results.csv").rename(out.parent / "elsewhere.csv"),
+                  (out / "results.csv").symlink_to(out.parent / "elsewhere.csv")), "results.csv"),
+], ids=["env-list", "env-binary", "results-link"])
+def test_an_unreadable_env_or_a_linked_results_file_is_refused(copy, spoil, named):
+    out = copy("kernel")
+    spoil(out)
+    outside = files_of(out.parent)
+    refused(out, [*KERNEL_RUN, "--resume", out], named=named)
+    assert files_of(out.parent) == outside  # a link's target too
+
+
 @pytest.mark.parametrize("how", ["--resume", "--force", "--out"])
 def test_a_lock_that_is_a_directory_is_refused(copy, how):
     out = copy("kernel")
