@@ -7,7 +7,7 @@ its command and the flags that define its sweep in env.json (`sweep`), and a res
 with its own, refusing in one line that names the first difference, before any file is touched.
 Flags that say where or how a sweep runs (EXECUTION_FLAGS: --isolate, --device, --json, ...) may
 differ. A directory from before the record is judged by its files: env.json says which command
-made it, and every row of results.csv must be one this sweep would measure (foreign_row).
+made it, and every row of results.csv must be one this sweep would measure (check_foreign).
 """
 
 from __future__ import annotations
@@ -35,10 +35,8 @@ def flag_text(value) -> str:
         return ""
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
-    if isinstance(value, tuple) and all(isinstance(v, int) for v in value):
-        return "x".join(map(str, value))
-    if isinstance(value, (list, tuple)):
-        return ",".join(flag_text(v) for v in value)
+    if isinstance(value, (list, tuple)):  # a shape of --shapes is a tuple in the list
+        return ",".join("x".join(map(str, v)) if isinstance(v, tuple) else flag_text(v) for v in value)
     return str(getattr(value, "value", value))
 
 
