@@ -227,7 +227,9 @@ def test_prepare_keeps_what_a_resume_needs_and_clears_the_rest(tmp_path):
     for name in ("results.csv", "env.json", "results.parquet", "summary.md", "latency_x.png"):
         (tmp_path / name).write_text("x")
     (tmp_path / "profile").mkdir()
-    rundir.RunDir.prepare(tmp_path, resume=True)
+    run = rundir.RunDir.prepare(tmp_path, resume=True)
+    assert len(list(tmp_path.iterdir())) == 6  # nothing is removed before the resume's checks have passed
+    run.reopen()
     assert sorted(p.name for p in tmp_path.iterdir()) == [rundir.RECORD, "env.json", "results.csv"]
     with pytest.raises(UsageError, match="not empty"):
         rundir.RunDir.prepare(tmp_path)

@@ -49,8 +49,9 @@ from attnbench.results.atomic import replace_atomic
 from attnbench.e2e.rows import E2E_POINT, E2EPoint, E2ERun
 from attnbench.kernels.rows import cells
 from attnbench.results.e2e_report import write_e2e_outputs
-from attnbench.results.env import collect
+from attnbench.results.env import collect, env_value
 from attnbench.results.profiling import write_report
+from attnbench.runs.resume import check_foreign, check_resume, sweep_record
 from attnbench.runs.rundir import ResumeKey, RunDir
 from attnbench.workers.isolated_e2e import Measure, isolated_points
 
@@ -174,6 +175,8 @@ def run_env(setup: Setup, command: list[str]) -> dict:
                   "graphs": {b: c.note for b, c in setup.choices.items()}, "cudagraph": cudagraph_of(args).value,
                   "graph_policy": args.graph_policy,
                   "point_timeout_s": float(point_timeout_s(args.point_timeout, setup.device)) if args.isolate else None}
+    env["sweep"] = sweep_record("e2e", args, {"model": margs.name, "backend": setup.backends,
+                                              "cudagraph": cudagraph_of(args).value}, leave_out=("eager",))
     return env
 
 
@@ -186,16 +189,17 @@ def open_run(setup: Setup, command: list[str], console: Console, stack: ExitStac
     env = run_env(setup, command)
     rows, agreements, points = [], [], setup.points
     if args.resume:
-        old_env = run.read_env()
-        run.check_resumable(old_env, env)
-        if old_env.get("e2e", {}).get("model_args") != env["e2e"]["model_args"]:
-            raise UsageError(f"--resume: {run.path} was measured on another model ({old_env['e2e'].get('model')})")
-        if old_env["e2e"].get("tp", {}).get("size", 1) != setup.tp.size:
-            raise UsageError(f"--resume: {run.path} was measured at --tp {old_env['e2e']['tp']['size']}")
-        earlier = run.read_rows()
+        old_env, earlier = check_resume(run, env)
+        if env_value(old_env, "e2e.model_args") != env["e2e"]["model_args"]:  # a checkpoint's name says too little
+            raise UsageError(f"--resume {run.path}: it was measured on another model ({env_value(old_env, 'e2e.model')})")
+        if (env_value(old_env, "e2e.tp.size") or 1) != setup.tp.size:
+            raise UsageError(f"--resume {run.path}: it was measured at --tp {env_value(old_env, 'e2e.tp.size')}")
+        check_foreign(run.path, earlier, KEY, {point_key(dict(zip(E2E_POINT, p))) for p in points},
+                      {"backend": set(setup.backends), "strategy": set(args.strategy)})
         done = KEY.completed(earlier, {(b, s) for b in setup.backends for s in args.strategy})
-        rows = [r for r in earlier if point_key(r) in done]
         agreements = [a for a in previous_agreements(run.path) if point_key(a) in done]
+        run.reopen()
+        rows = [r for r in earlier if point_key(r) in done]
         console.print(f"resuming {run.path}: {len(done & {point_key(dict(zip(E2E_POINT, p))) for p in points})} "
                       f"of {len(points)} points already measured")
         points = [p for p in points if point_key(dict(zip(E2E_POINT, p))) not in done]

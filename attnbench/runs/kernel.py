@@ -28,13 +28,14 @@ from attnbench.console import default_out_dir, emit_json, print_fusion_table, pr
 from attnbench.device import device_name, select
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.interrupts import SignalReceived, interrupted, signals_raise
-from attnbench.kernels.plan import KernelArgs, check_measured, plan_sweep
+from attnbench.kernels.plan import CPU_DEFAULTS, GPU_DEFAULTS, KernelArgs, check_measured, plan_sweep
 from attnbench.kernels.sweep import SweepPlan, point_row, run_sweep
 from attnbench.kernels.workload import SweepPoint
 from attnbench.results import files
 from attnbench.results.env import collect
 from attnbench.results.plots import plot_runs
 from attnbench.results.profiling import write_report
+from attnbench.runs.resume import check_foreign, check_resume, sweep_record
 from attnbench.runs.rundir import ResumeKey, RunDir
 from attnbench.workers import pool
 from attnbench.workers.devices import (
@@ -81,21 +82,30 @@ def points_of_shard(points: list[SweepPoint], text: str) -> list[SweepPoint]:
     return mine
 
 
-def resume_state(plan: SweepPlan, run: RunDir, env: dict) -> tuple[set[tuple[str, ...]], list[dict]]:
-    """(points finished, rows kept) of the run in its directory that this one resumes."""
-    old_env = run.read_env()
-    run.check_resumable(old_env, env)
-    if old_env.get("shard") != env.get("shard"):
-        raise UsageError(f"--resume: {run.path} measured shard {shard_text(old_env)}, this run shard "
-                         f"{shard_text(env)}; resume it with its own --shard")
-    rows = run.read_rows()
+def resume_state(plan: SweepPlan, run: RunDir, env: dict,
+                 whole: SweepPlan | None = None) -> tuple[set[tuple[str, ...]], list[dict]]:
+    """(points finished, rows kept) of the run in its directory that this one resumes; refused, with
+    nothing there changed, unless it is the same sweep on the same machine (runs/resume.py).
+    whole: the plan of every point the directory's rows may hold (torchrun: every rank's)."""
+    rows = resumable_rows(whole or plan, run, env)
+    run.reopen()
     done = KEY.completed(rows, {(b, s, m) for b in plan.backends for s in plan.strategies for m in plan.modes})
     return done, [{**files.ADDED_KEYS, **r} for r in rows if point_key(r) in done]
 
 
-def shard_text(env: dict) -> str:
-    shard = env.get("shard")
-    return f"{shard['index']}/{shard['count']}" if isinstance(shard, dict) else "none (every point)"
+def resumable_rows(plan: SweepPlan, run: RunDir, env: dict) -> list[dict]:
+    """The rows of `run`, once every check a resume makes has passed; nothing is changed."""
+    _, rows = check_resume(run, env)
+    allowed = {point_key(p.key()) for p in (*plan.points, *(u[0] for u in plan.unfit))}
+    check_foreign(run.path, rows, KEY, allowed, {"backend": set(plan.backends), "strategy": set(plan.strategies),
+                                                 "mode": set(plan.modes)})
+    return rows
+
+
+def check_kernel_resume(args: KernelArgs, plan: SweepPlan, path: Path, command: list[str]) -> None:
+    """Refuse, changing nothing, what `run_kernel` would refuse to resume in `path` (a scenario
+    checks every sweep's directory before it resumes any)."""
+    resumable_rows(plan, RunDir.prepare(path, resume=True), run_env(command, args, plan))
 
 
 def without(plan: SweepPlan, done: set[tuple[str, ...]]) -> SweepPlan:
@@ -104,8 +114,14 @@ def without(plan: SweepPlan, done: set[tuple[str, ...]]) -> SweepPlan:
 
 
 def run_env(command: list[str], args: KernelArgs, plan: SweepPlan) -> dict:
-    """env.json: the machine and software, and this run's share of the points."""
+    """env.json: the machine and software, the sweep's flags (what --resume must match) and this
+    run's share of the points."""
     env = collect(command)
+    defaults = CPU_DEFAULTS if torch.device(plan.device).type == "cpu" else GPU_DEFAULTS
+    env["sweep"] = sweep_record("kernel", args, {
+        "tokens": args.tokens or defaults["tokens"], "context": args.context or defaults["context"],
+        "budget_ms": plan.timing.budget_ms, "backend": plan.backends, "mode": plan.modes,
+        "replicates": plan.replicates})
     shard = parse_shard(args.shard)
     if shard is not None:
         env["shard"] = {"index": shard[0], "count": shard[1], "points": len(plan.points)}

@@ -30,8 +30,15 @@ from attnbench.errors import AttnbenchError, Interrupted, UsageError
 from attnbench.interrupts import signal_of
 from attnbench.kernels.plan import KernelArgs
 from attnbench.kernels.sweep import SweepPlan
-from attnbench.results.env import collect
-from attnbench.runs.kernel import plan_kernel, point_key, resume_state, sweep_into, without, write_kernel_outputs
+from attnbench.runs.kernel import (
+    plan_kernel,
+    point_key,
+    resume_state,
+    run_env,
+    sweep_into,
+    without,
+    write_kernel_outputs,
+)
 from attnbench.runs.rundir import RunDir
 from attnbench.workers.devices import device_label
 from attnbench.workers.distributed import (
@@ -110,9 +117,10 @@ def prepare(run: RankRun, args: KernelArgs, console: Console, command: list[str]
         console.print(f"[yellow]{notice}[/]")
     run.run_dir = RunDir.claim(args.out, args.resume, args.force, default_out_dir(run.gpu or "cpu", "kernel"))
     stack.enter_context(run.run_dir.locked())
-    run.env = collect(command)
+    run.env = run_env(command, replace(args, shard=None), run.plan)  # the sweep of every rank
     if args.resume:
-        run.done, run.keep = resume_state(run.plan, run.run_dir, run.env)
+        whole = plan_kernel(replace(args, shard=None))
+        run.done, run.keep = resume_state(run.plan, run.run_dir, run.env, whole)
 
 
 def agree(run: RankRun, error: str | None) -> None:

@@ -2,17 +2,18 @@
 
 Why: a run into a directory that already held one used to overwrite results.csv and leave the
 old parquet beside it; two runs at once mixed their rows; a results.csv that was a symlink was
-followed; and `--force` removed files by their names, a user's own `notes.png` among them. Here,
-for every command that writes a run (kernel, e2e, scenarios, merge, calibrate):
+followed; `--force` removed files by their names, a user's own `notes.png` among them; a refused
+resume had already removed the outputs. Here, for every command that writes a run:
 - a run claims `--out` only if it is new or empty; `--resume` keeps results.csv and env.json (and
-  the measured agreement.csv and telemetry.csv) and removes the outputs made from them;
-- every top-level file and folder a run writes is recorded in `.attnbench-files.json` (rewritten
-  atomically as they are written), and `--force` removes only those: never a file or folder it
-  did not record, and a link is unlinked, never followed. A directory with no record (made by an
-  attnbench from before the record) falls back to the names attnbench writes (OLD_OUTPUTS);
-- a lock file (`.attnbench.lock`, holding the pid) refuses a second live run in the directory;
-- files are written to a temporary name and renamed over the final one (results/atomic.py);
-- results.csv is appended row by row through a descriptor opened with O_NOFOLLOW (files.RowWriter).
+  the measured agreement.csv and telemetry.csv) and, once the job's checks pass (runs/resume.py),
+  removes the outputs made from them (reopen);
+- every top-level file and folder a run writes is recorded in `.attnbench-files.json`; `--force`
+  removes only those, never a file or folder it did not record; a link is unlinked, not followed
+  (a directory without a record, an older attnbench's, falls back to OLD_OUTPUTS);
+- a lock file (`.attnbench.lock`, the pid) refuses a second live run before anything is removed;
+  a write into the directory that fails (read-only, full) ends the run in one error line;
+- files are written to a temporary name and renamed over the final one (results/atomic.py), and
+  results.csv is appended row by row through a descriptor opened with O_NOFOLLOW (files.RowWriter).
 Resume keys: a point is finished when an earlier run holds a row for every (backend, strategy[,
 mode]) this run needs (ResumeKey, one implementation for the kernel and e2e jobs).
 """
@@ -23,12 +24,12 @@ import csv
 import json
 import os
 import shutil
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from attnbench.errors import UsageError
+from attnbench.errors import AttnbenchError, UsageError
 from attnbench.results import files
 from attnbench.results.atomic import write_text_atomic
 from attnbench.results.env import RESUME_MUST_MATCH, env_value
@@ -125,12 +126,15 @@ class RunDir:
         if not os.access(path, os.W_OK | os.X_OK):
             raise UsageError(f"{flag}: {path} is not writable")
         run = cls(path)
+        run.check_unlocked(flag)
         if resume:
-            for name in SOURCES:
-                if (path / name).is_symlink() or not (path / name).is_file():
+            for name in KEPT_ON_RESUME:
+                entry = path / name
+                if name in SOURCES and not _present(entry):
                     raise UsageError(f"--resume: {path} holds no {name} of an earlier run to resume")
-            run.clear(keep=KEPT_ON_RESUME)
-            run.record(*(path / name for name in KEPT_ON_RESUME if (path / name).is_file()))
+                if _present(entry) and (entry.is_symlink() or not entry.is_file()):
+                    what = "a link" if entry.is_symlink() else "a directory" if entry.is_dir() else "not a file"
+                    raise UsageError(f"--resume: {entry} is {what}, not the file an earlier run wrote")
         elif force:
             run.clear()
         else:
@@ -140,6 +144,11 @@ class RunDir:
                                  f"{f' and {len(entries) - 1} more' if len(entries) > 1 else ''}); "
                                  "choose a new directory, --resume it or --force over it")
         return run
+
+    def reopen(self) -> None:
+        """Resume, once every check has passed: remove the outputs made from the files it keeps."""
+        self.clear(keep=KEPT_ON_RESUME)
+        self.record(*(self.path / name for name in KEPT_ON_RESUME if (self.path / name).is_file()))
 
     def outputs(self, keep: tuple[str, ...] = ()) -> list[Path]:
         """Entries of the directory that attnbench wrote (less `keep`), with leftover temporary files."""
@@ -177,32 +186,50 @@ class RunDir:
         before = {p.name: _stamp(p) for p in self.path.iterdir()}
         try:
             yield self
-        finally:
-            changed = []
-            for entry in self.path.iterdir():
-                if entry.name in (LOCK, RECORD) or entry.name.endswith(".tmp"):
-                    continue
-                old = before.get(entry.name)
-                if old is None or (not old[0] and old != _stamp(entry)):
-                    changed.append(entry)
-            self.record(*changed)
+        except BaseException:
+            with suppress(OSError):  # the block's own error is the one to report
+                self._record_changes(before)
+            raise
+        self._record_changes(before)
+
+    def _record_changes(self, before: dict[str, tuple[bool, int, int]]) -> None:
+        changed = []
+        for entry in self.path.iterdir():
+            if entry.name in (LOCK, RECORD) or entry.name.endswith(".tmp"):
+                continue
+            old = before.get(entry.name)
+            if old is None or (not old[0] and old != _stamp(entry)):
+                changed.append(entry)
+        self.record(*changed)
+
+    def check_unlocked(self, flag: str = "--out") -> None:
+        """Refuse a directory another live run is writing to, or whose lock is not a lock file."""
+        lock = self.path / LOCK
+        if lock.is_dir() and not lock.is_symlink():
+            raise UsageError(f"{flag}: {lock} is a directory, not attnbench's lock file; remove it if no run is "
+                             "writing there")
+        try:
+            pid = int(lock.read_text().strip() or 0) if lock.is_file() else 0
+        except (OSError, ValueError):
+            pid = 0
+        if pid and pid != os.getpid() and _pid_alive(pid):
+            raise UsageError(f"{flag}: another attnbench run (pid {pid}) is writing to {self.path}")
 
     @contextmanager
     def locked(self) -> Iterator[RunDir]:
-        """Hold the lock file for the run, recording what it writes; a stale lock is taken over."""
+        """Hold the lock file for the run, recording what it writes; a stale lock is taken over. A
+        write into the directory that fails (made read-only, a full disk) ends the run in one error
+        that names the file; what results.csv already holds stays."""
         lock = self.path / LOCK
         for _ in range(2):
+            self.check_unlocked()
             try:
                 fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
                 break
             except FileExistsError:
-                try:
-                    pid = int(lock.read_text().strip() or 0)
-                except (OSError, ValueError):
-                    pid = 0
-                if pid and pid != os.getpid() and _pid_alive(pid):
-                    raise UsageError(f"--out: another attnbench run (pid {pid}) is writing to {self.path}") from None
                 lock.unlink(missing_ok=True)
+            except OSError as exc:
+                raise self._write_error(exc) from None
         else:
             raise UsageError(f"--out: cannot lock {self.path}")
         with os.fdopen(fd, "w") as f:
@@ -210,8 +237,20 @@ class RunDir:
         try:
             with self.recording():
                 yield self
+        except OSError as exc:
+            if exc.filename is None or Path(str(exc.filename)).parent != self.path:
+                raise
+            raise self._write_error(exc) from None
         finally:
-            lock.unlink(missing_ok=True)
+            with suppress(OSError):  # a directory made read-only keeps the lock: a later run takes it over
+                lock.unlink(missing_ok=True)
+
+    def _write_error(self, exc: OSError) -> AttnbenchError:
+        name = Path(str(exc.filename)).name if exc.filename else str(self.path)
+        if name.startswith(".") and name.endswith(".tmp"):  # replace_atomic's temporary .NAME.XXXXXXXX.tmp
+            name = name[1:-4].rsplit(".", 1)[0]
+        kept = " (results.csv keeps every point saved before)" if (self.path / "results.csv").is_file() else ""
+        return AttnbenchError(f"cannot write {name} in {self.path}: {exc.strerror or exc}{kept}")
 
     def write_text(self, name: str, text: str) -> Path:
         self.record(self.path / name)
@@ -255,8 +294,6 @@ class RunDir:
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    except OSError as exc:  # PermissionError: a live process of another user
+        return not isinstance(exc, ProcessLookupError)
     return True

@@ -27,7 +27,7 @@ from attnbench.kernels.sweep import SweepPlan
 from attnbench.results import files
 from attnbench.results.export import plot_results, to_csv, to_markdown
 from attnbench.results.notes import summary_notes
-from attnbench.runs.kernel import plan_kernel, run_kernel
+from attnbench.runs.kernel import check_kernel_resume, plan_kernel, run_kernel
 from attnbench.runs.rundir import RunDir
 
 
@@ -68,12 +68,12 @@ def run_kernel_scenario(name: str, plan: ScenarioPlan, console: Console, command
         out.mkdir(parents=True, exist_ok=True)
         RunDir(out).write_text("scenario.json", json.dumps(record, indent=2) + "\n")
         return out
-    run = claim_contexts(out, first)
+    parts = [out / context_dir(sweep.context) for sweep in plan.sweeps]
+    run = claim_contexts(out, plan, parts, command)
     with run.locked():
-        parts = [out / context_dir(sweep.context) for sweep in plan.sweeps]
         for part, sweep in zip(parts, plan.sweeps):
             console.rule(f"{name}: context {sweep.context}")
-            resumable = first.resume and (part / "results.csv").is_file()
+            resumable = first.resume and holds_results(part)
             part_args = dataclasses.replace(sweep.args, out=None if resumable else part,
                                             resume=part if resumable else None, force=False)
             try:
@@ -88,16 +88,32 @@ def run_kernel_scenario(name: str, plan: ScenarioPlan, console: Console, command
     return out
 
 
-def claim_contexts(out: Path, first: KernelArgs) -> RunDir:
-    """OUT of a scenario of several contexts: new, emptied (--force), or resumed with its context-*/ sweeps."""
+def holds_results(part: Path) -> bool:
+    return (part / "results.csv").exists() or (part / "results.csv").is_symlink()
+
+
+def claim_contexts(out: Path, plan: ScenarioPlan, parts: list[Path], command: list[str]) -> RunDir:
+    """OUT of a scenario of several contexts: new, emptied (--force), or resumed with its context-*/
+    sweeps. A resume checks every sweep's directory first: a refused one changes nothing anywhere."""
+    first = plan.sweeps[0].args
     if not first.resume:
         return RunDir.prepare(out, force=first.force)
     if not any(out.glob("context-*/results.csv")):
         raise UsageError(f"--resume: {out} holds no sweep of this scenario to resume")
     run = RunDir(out)
-    for entry in run.outputs():
-        if not entry.name.startswith("context-"):
-            entry.unlink()
+    run.check_unlocked("--resume")
+    listed = {part.name for part in parts}
+    for other in sorted(p.parent.name for p in out.glob("context-*/results.csv")):
+        if other not in listed:
+            raise UsageError(f"--resume {out}: it holds {other}/, a context this scenario does not list; resume it "
+                             "with the contexts it was made with or start a new directory")
+    for part, sweep in zip(parts, plan.sweeps):
+        if holds_results(part):
+            check_kernel_resume(dataclasses.replace(sweep.args, out=None, resume=part), sweep.plan, part, command)
+        elif part.is_dir() and any(part.iterdir()):
+            raise UsageError(f"--resume {out}: {part.name}/ holds files but no results.csv; move them away and "
+                             "resume again")
+    run.clear(keep=tuple(sorted(listed)))  # the merged outputs go; each sweep's directory stays
     return run
 
 
