@@ -10,6 +10,7 @@ soon as they exist; parquet, summary.md and plots are written from them at the e
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,7 +163,7 @@ def measure_runs(engine: Engine, prompts: list, output_len: int, warmup: int, ru
 def interval_cells(measured: list[Generation]) -> dict:
     """How many runs were measured and the 95 % interval of their median request p50 (blank below
     the 6 runs an interval needs)."""
-    interval = median_interval([request_p50(g) for g in measured]) or (None, None)
+    interval = median_interval([request_p50(g) for g in measured]) or (math.nan, math.nan)  # a blank cell
     return cells(E2EMeasures(measured_runs=len(measured), request_p50_ci_low_s=interval[0],
                              request_p50_ci_high_s=interval[1]))
 

@@ -27,7 +27,7 @@ def plan_line(n_points: int, backends: list[str], strategies: list[str], eager_c
     checks = "1 untimed check run" + (f" (+1 eager one under graphs, {eager_checks} of the "
                                       f"{len(backends) * len(strategies)} per point)" if eager_checks else "")
     return (f"plan: {n_points} points x {len(backends)} backend(s) x {len(strategies)} strategies = {rows} rows; "
-            f"each: {checks}, {warmup} warm-up{"" if warmup == 1 else "s"}, {rule.describe()}")
+            f"each: {checks}, {warmup} warm-up{'' if warmup == 1 else 's'}, {rule.describe()}")
 
 
 def duration(seconds: float) -> str:
