@@ -17,7 +17,7 @@ from attnbench.console import make_console
 from attnbench.e2e.presets import MIN_ITERS, PRECISION, PRESETS, default_text
 
 if TYPE_CHECKING:
-    from attnbench.e2e.runner import E2EArgs
+    from attnbench.e2e.args import E2EArgs
 
 
 def e2e(
@@ -64,7 +64,7 @@ def e2e(
     attnbench e2e --model llama-7b --chunk-size 256 --cudagraph piecewise;
     python -m torch.distributed.run --nproc-per-node 2 -m attnbench e2e --model llama-2-70b --tp 2
     """
-    from attnbench.e2e.runner import E2EArgs
+    from attnbench.e2e.args import E2EArgs
 
     start_e2e(E2EArgs(**ctx.params))  # the flags, parsed by their declarations, under their own names
 
