@@ -74,4 +74,4 @@ class StoppingRule:
         if self.fixed:
             return f"{self.max_runs} measured runs (a fixed count)"
         return (f"{self.min_runs}-{self.max_runs} measured runs, stopping once the p50's "
-                f"{CONFIDENCE:.0%} interval is within ±{self.precision * 100:g} % of it")
+                f"{CONFIDENCE * 100:.0f} % interval is within ±{self.precision * 100:g} % of it")
