@@ -64,7 +64,7 @@ def test_precision_zero_is_the_fixed_count():
 def test_one_slow_run_among_six_keeps_the_row_measuring():
     rule = StoppingRule(min_runs=6, max_runs=30, precision=0.01)
     assert not rule.done([1.0, 1.0, 1.0, 1.0, 1.0, 1.5])
-    assert relative_half_width([1.0] * 5 + [1.5]) == pytest.approx(0.5)
+    assert relative_half_width([1.0] * 5 + [1.5]) == pytest.approx(0.25)
 
 
 def test_the_minimum_follows_a_small_iters_down_unless_given():
@@ -110,7 +110,7 @@ def test_plan_and_eta_come_before_the_first_row_and_rows_record_the_rule(tmp_pat
     plan, probe, first = text.index("plan: 2 points x 1 backend(s) x 2 strategies = 4 rows"), \
         text.index("first timed run"), text.index("point 1/2 done")
     assert plan < probe < first and "ETA" in text[probe:first] and "ETA" in text[first:]
-    assert "6-8 measured runs, stopping once the p50's 95 % interval is within ±50 % of it" in text
+    assert "6-8 measured runs, stopping once the p50's 95 % interval is within ±50 % (half its width)" in text
     df = pd.read_csv(out / "results.csv")
     assert df["measured_runs"].between(6, 8).all()
     assert (df["request_p50_ci_low_s"] <= df["request_p50_ci_high_s"]).all()

@@ -37,7 +37,7 @@ def e2e(
     warmup: Annotated[Optional[int], typer.Option(help=f"Warm-up runs per row, after the untimed check run; {default_text('warmup')} (vllm bench latency: 10). Example: --warmup 10")] = None,
     iters: Annotated[Optional[int], typer.Option(help=f"The most measured runs per row (with --precision 0: exactly this many, as vllm bench latency's --num-iters); {default_text('iters')}. Example: --iters 30 --precision 0")] = None,
     min_iters: Annotated[Optional[int], typer.Option(help=f"The fewest measured runs per row before --precision may stop it (default {MIN_ITERS}, the fewest whose range is a 95 % interval of the median; at most --iters). Example: --min-iters 10")] = None,
-    precision: Annotated[float, typer.Option(help=f"Stop a row's measured runs once the 95 % confidence interval of its p50 (distribution-free, from order statistics) is within this share of the p50: 0.01 is ±1 %; 0 runs a fixed --iters. Default {PRECISION}. Example: --precision 0.005")] = PRECISION,
+    precision: Annotated[float, typer.Option(help=f"Stop a row's measured runs once the 95 % confidence interval of its p50 (distribution-free, from order statistics) has a half-width within this share of the p50: 0.01 is ±1 %; 0 runs a fixed --iters. Default {PRECISION}. Example: --precision 0.005")] = PRECISION,
     seed: Annotated[int, options.seed("random weights, prompts and block order")] = 0,
     device: options.Device = "auto",
     out: Annotated[Optional[Path], options.run_out("e2e", "runs/h200-e2e")] = None,

@@ -2,7 +2,8 @@
 
 vllm bench latency times a fixed count of requests. Under CUDA graphs a request's latency barely
 moves from run to run, so most of that count confirms what the first few runs said. The rule here
-stops a row once the 95 % confidence interval of its median is within `precision` of the median,
+stops a row once the 95 % confidence interval of its median has a half-width within `precision` of
+the median,
 between a minimum and a maximum count; `precision` 0 is the fixed count (always the maximum).
 
 The interval is distribution-free: with n samples sorted, [x_(j), x_(n+1-j)] covers the population
@@ -39,18 +40,18 @@ def median_interval(samples: list[float], confidence: float = CONFIDENCE) -> tup
 
 
 def relative_half_width(samples: list[float], confidence: float = CONFIDENCE) -> float | None:
-    """How far the median's interval reaches from the median, as a share of it (the larger side:
-    order-statistic intervals are not symmetric); None without an interval or with a median <= 0."""
+    """Half the width of the median's interval, as a share of the median; None without an interval
+    or with a median <= 0."""
     interval, mid = median_interval(samples, confidence), median(samples) if samples else 0.0
     if interval is None or mid <= 0:
         return None
-    return max(mid - interval[0], interval[1] - mid) / mid
+    return (interval[1] - interval[0]) / 2 / mid
 
 
 @dataclass(frozen=True)
 class StoppingRule:
     """Measured runs per row: at least `min_runs`, at most `max_runs`; in between, stop once the
-    median's 95 % interval is within `precision` (a share of the median) of it. precision 0: fixed."""
+    median's 95 % interval has a half-width within `precision` (a share of the median). precision 0: fixed."""
 
     min_runs: int
     max_runs: int
@@ -74,4 +75,4 @@ class StoppingRule:
         if self.fixed:
             return f"{self.max_runs} measured runs (a fixed count)"
         return (f"{self.min_runs}-{self.max_runs} measured runs, stopping once the p50's "
-                f"{CONFIDENCE * 100:.0f} % interval is within ±{self.precision * 100:g} % of it")
+                f"{CONFIDENCE * 100:.0f} % interval is within ±{self.precision * 100:g} % (half its width)")

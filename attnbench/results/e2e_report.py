@@ -13,6 +13,7 @@ from rich.console import Console
 
 from attnbench.e2e.agreement import LOGIT_TOLERANCE, worst
 from attnbench.e2e.rows import E2E_POINT
+from attnbench.e2e.stopping import StoppingRule
 from attnbench.errors import AttnbenchError
 from attnbench.results.files import load_results, write_parquet
 from attnbench.results.tables import LINESTYLES, md_lines, strategies_in
@@ -97,19 +98,16 @@ def ratio_words(df: pd.DataFrame) -> str:
 
 
 def runs_text(df: pd.DataFrame, e2e: dict) -> str:
-    """Warm-ups and measured runs per row: the rule asked for and what the rows measured."""
-    warmup, most, least, precision = (e2e.get(k) for k in ("warmup", "iters", "min_iters", "precision"))
+    """Warm-ups and measured runs per row: the rule asked for and what the rows measured. An
+    env.json from before the rule has no min_iters: its --iters were all measured."""
+    warmup, most = e2e.get("warmup"), e2e.get("iters")
+    rule = StoppingRule(e2e.get("min_iters") or most, most, e2e.get("precision") or 0)
+    asked = f"{warmup} warm-up{'' if warmup == 1 else 's'}, then {rule.describe()}"
     counts = df["measured_runs"].dropna() if "measured_runs" in df else pd.Series(dtype=float)
-    if not precision or least is None or least >= most:
-        asked = f"{warmup} warm-up + {most} measured runs per row"
-    else:
-        asked = (f"{warmup} warm-up + {least} to {most} measured runs per row, stopping once the p50's "
-                 f"95 % interval is within ±{precision * 100:g} % of it")
-    if counts.empty or not precision:
+    if rule.fixed or counts.empty:
         return asked
-    at_most = int((counts >= most).sum())
-    return (f"{asked} (measured {int(counts.min())}-{int(counts.max())}, median {counts.median():g}; "
-            f"{at_most} row(s) reached {most} first)")
+    return (f"{asked}; rows measured {int(counts.min())}-{int(counts.max())} (median {counts.median():g}), "
+            f"{int((counts >= most).sum())} reached {most} before the precision")
 
 
 def write_e2e_summary(df: pd.DataFrame, agreement: pd.DataFrame, out_dir: Path, env: dict) -> Path:
@@ -126,7 +124,7 @@ def write_e2e_summary(df: pd.DataFrame, agreement: pd.DataFrame, out_dir: Path, 
         f"- model: {e2e.get('model')} ({e2e.get('params_b', 0):.2f} B params, {e2e.get('weights')}), "
         f"{e2e.get('dtype')}, block size {e2e.get('block_size')}, chunk size {e2e.get('chunk_size') or 'none (whole prefill)'}",
         f"- device: {gpu}; torch {env.get('torch')}; attnbench {env.get('attnbench_version')}",
-        f"- {runs_text(df, e2e)}, after one untimed check run",
+        f"- per row: one untimed check run, {runs_text(df, e2e)}",
         *[f"- {note}" for note in notes],
         f"- small elementwise ops (RMSNorm, RoPE, SiLU-and-mul): {e2e.get('fused_ops')}",
         f"- request latency: run start to the request's last token; {ratio_words(df)}",
@@ -207,7 +205,7 @@ def write_e2e_outputs(out_dir: Path, env: dict, console: Console) -> Path:
     summary = write_e2e_summary(df, agreement, out_dir, env)
     plots = plot_e2e(df, out_dir)
     console.print(e2e_markdown(e2e_table(df)), highlight=False, soft_wrap=True)
-    console.print(f"runs: {runs_text(df, env.get('e2e', {}))}", highlight=False, soft_wrap=True)
+    console.print(f"runs per row: {runs_text(df, env.get('e2e', {}))}", highlight=False, soft_wrap=True)
     if on_cpu(df):
         console.print(f"[yellow]note:[/] {CPU_NOTE}", highlight=False, soft_wrap=True)
     if not agreement.empty:
