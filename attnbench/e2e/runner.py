@@ -25,7 +25,7 @@ from attnbench.e2e.checkpoint import load_hf_checkpoint, read_hf_config
 from attnbench.e2e.engine import Engine, Generation
 from attnbench.e2e.model import PRESETS, ModelArgs, Transformer, fused, random_model
 from attnbench.e2e.modes import GraphChoice, GraphMode
-from attnbench.e2e.parallel import SINGLE, TensorParallel, all_reduce_outputs_, random_rank_model
+from attnbench.e2e.parallel import SINGLE, TensorParallel, all_reduce_outputs_, from_leader, random_rank_model
 from attnbench.e2e.agreement import FAILING, compare_generations, run_metrics, worst
 from attnbench.e2e.rows import E2E_POINT, E2EHead, E2EMeasures
 from attnbench.e2e.scheduler import KVCache, make_prompts
@@ -90,8 +90,9 @@ class ModelEngines:
     """The model, the KV cache and one engine per (backend, strategy, GraphMode, policy), made on first use."""
 
     def __init__(self, model: Transformer, max_num_seqs: int, max_model_len: int, block_size: int = 16,
-                 chunk_size: int | None = None, seed: int = 0):
+                 chunk_size: int | None = None, seed: int = 0, tp: TensorParallel = SINGLE):
         dtype = model.tok_embeddings.dtype
+        self.tp = tp  # under --tp every rank runs as many requests as rank 0 decides (measure_runs)
         self.model, self.max_num_seqs, self.max_model_len, self.chunk_size = model, max_num_seqs, max_model_len, chunk_size
         self.point = attention_point(model.args, str(dtype).removeprefix("torch."), block_size)
         self.cache = KVCache(model.args, KVCache.blocks_for(max_num_seqs, max_model_len, block_size), block_size,
@@ -135,7 +136,8 @@ class ModelSpec:
             model = random_model(self.args, dtype, self.device, self.seed)
         if self.tp.size > 1:
             all_reduce_outputs_(model)
-        return ModelEngines(model, self.max_num_seqs, self.max_model_len, self.block_size, self.chunk_size, self.seed)
+        return ModelEngines(model, self.max_num_seqs, self.max_model_len, self.block_size, self.chunk_size, self.seed,
+                            self.tp)
 
 
 def request_p50(run: Generation) -> float:
@@ -145,11 +147,12 @@ def request_p50(run: Generation) -> float:
 
 
 def measure_runs(engine: Engine, prompts: list, output_len: int, warmup: int, rule: StoppingRule,
-                 on_probe: Callable[[float], None] | None) -> list[Generation]:
-    """Warm-ups, then measured runs until `rule` is satisfied; on_probe hears the first run's seconds."""
+                 on_probe: Callable[[float], None] | None, tp: TensorParallel = SINGLE) -> list[Generation]:
+    """Warm-ups, then measured runs until `rule` is satisfied (by rank 0's times under --tp: every
+    rank must run the same requests); on_probe hears the first run's seconds."""
     measured: list[Generation] = []
     for n in range(warmup + rule.max_runs):
-        if n >= warmup and rule.done([request_p50(g) for g in measured]):
+        if n >= warmup and from_leader(tp, lambda: rule.done([request_p50(g) for g in measured])):
             break
         start = time.perf_counter()
         run = engine.generate(prompts, output_len)
@@ -205,7 +208,7 @@ def run_point(engines: ModelEngines, args: E2EArgs, choices: dict[str, GraphChoi
                 check = checks[(backend, strategy, mode)] = engine.generate(prompts, output_len, record_logits=True)
                 count, reserved = engine.graph_stats()  # full/piecewise graphs are captured on first use: by the check run
                 row.update(graphs=count, graph_mem_mb=round(reserved / 2**20, 1))
-                measured = measure_runs(engine, prompts, output_len, args.warmup, args.stopping, on_probe)
+                measured = measure_runs(engine, prompts, output_len, args.warmup, args.stopping, on_probe, engines.tp)
                 on_probe = None  # a point's first timed run only
                 if profile_out is not None:  # --profile: extra runs after the measured ones, never among them
                     profile_generation(engine, prompts, output_len, profile_out, row)
