@@ -41,11 +41,11 @@ GPU_DEFAULTS: dict[str, object] = dict(model="llama-7b", input_len=[32, 512], ou
 CPU_DEFAULTS: dict[str, object] = dict(model="tiny", input_len=[16], output_len=[4], batch_size=[1, 2],
                                        warmup=1, iters=3)
 MIN_ITERS = 6  # the fewest runs whose range is a 95 % interval of the median (e2e/stopping.py)
-PRECISION = 0.01  # --precision: the p50's 95 % interval within ±1 % of it
+PRECISION = 0.01  # --precision: the half-width of the p50's 95 % interval within 1 % of it
 
 
 def default_text(flag: str) -> str:
     """A scaled flag's defaults for its help: "32,512 on a GPU, 16 on the CPU"."""
     said = [",".join(map(str, v)) if isinstance(v, list) else str(v)
             for v in (GPU_DEFAULTS[flag], CPU_DEFAULTS[flag])]
-    return f"default {said[0]} on a GPU, {said[1]} on the CPU"
+    return f"default {said[0]}" if said[0] == said[1] else f"default {said[0]} on a GPU, {said[1]} on the CPU"
