@@ -236,8 +236,9 @@ def start_eta(setup: Setup, points: list[tuple[int, int, int]], console: Console
     args = setup.args
     rows = len(setup.backends) * len(args.strategy)
     eager_checks = sum(len(args.strategy) for c in setup.choices.values() if c.cudagraph != GraphMode.NONE)
-    console.print(plan_line(len(points), setup.backends, args.strategy, eager_checks, args.warmup, args.stopping),
-                  highlight=False, soft_wrap=True)
+    later = "; ETA after the first point (--isolate: workers time no probe)" if args.isolate else ""
+    console.print(plan_line(len(points), setup.backends, args.strategy, eager_checks, args.warmup, args.stopping)
+                  + later, highlight=False, soft_wrap=True)
     return Eta(points, rows, rows + eager_checks, args.warmup, args.stopping, args.chunk_size)
 
 
