@@ -24,7 +24,8 @@ from attnbench.e2e.graphs import FullGraphs, full_bucket, pad_step, token_bucket
 from attnbench.e2e.model import ModelArgs, random_model
 from attnbench.e2e.agreement import FAILING, compare_generations
 from attnbench.e2e.modes import GraphMode, cudagraph_of
-from attnbench.e2e.runner import E2EArgs, ModelEngines, length_pairs
+from attnbench.e2e.args import length_pairs
+from attnbench.e2e.runner import E2EArgs, ModelEngines
 from attnbench.e2e.scheduler import Sequence, make_prompts, schedule
 from attnbench.kernels.graphsafe import static_buffers, write_batch
 from attnbench.kernels.metadata import build_metadata

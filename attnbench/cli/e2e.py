@@ -14,18 +14,18 @@ from attnbench.cli import options
 from attnbench.cli.common import command_line, user_errors
 from attnbench.cli.options import list_of
 from attnbench.console import make_console
-from attnbench.e2e.presets import PRESETS, SEED_BATCH_SIZES, SEED_INPUT_LENS, SEED_OUTPUT_LENS
+from attnbench.e2e.presets import MIN_ITERS, PRECISION, PRESETS, default_text
 
 if TYPE_CHECKING:
-    from attnbench.e2e.runner import E2EArgs
+    from attnbench.e2e.args import E2EArgs
 
 
 def e2e(
     ctx: typer.Context,
-    model: Annotated[str, typer.Option(help=f"A preset ({', '.join(PRESETS)}) or a local Hugging Face Llama/Qwen2 checkpoint directory (config.json + *.safetensors; never downloaded). Example: --model ./checkpoints/my-llama")] = "llama-7b",
-    input_len: Annotated[list, typer.Option(parser=list_of(int, "--input-len"), help="Prompt lengths, zipped with --output-len (one value pairs with all). Example: --input-len 32,512")] = SEED_INPUT_LENS,
-    output_len: Annotated[list, typer.Option(parser=list_of(int, "--output-len"), help="Generated tokens per request (greedy, EOS ignored). Example: --output-len 128,32")] = SEED_OUTPUT_LENS,
-    batch_size: Annotated[list, typer.Option(parser=list_of(int, "--batch-size"), help="Concurrent requests per run. Example: --batch-size 1,2,4,8,16,32")] = SEED_BATCH_SIZES,
+    model: Annotated[Optional[str], typer.Option(help=f"A preset ({', '.join(PRESETS)}) or a local Hugging Face Llama/Qwen2 checkpoint directory (config.json + *.safetensors; never downloaded); {default_text('model')}. Example: --model ./checkpoints/my-llama")] = None,
+    input_len: Annotated[Optional[list], typer.Option(parser=list_of(int, "--input-len"), help=f"Prompt lengths, zipped with --output-len (one value pairs with all); {default_text('input_len')}. Example: --input-len 32,512")] = None,
+    output_len: Annotated[Optional[list], typer.Option(parser=list_of(int, "--output-len"), help=f"Generated tokens per request (greedy, EOS ignored); {default_text('output_len')}. Example: --output-len 128,32")] = None,
+    batch_size: Annotated[Optional[list], typer.Option(parser=list_of(int, "--batch-size"), help=f"Concurrent requests per run; {default_text('batch_size')}. Example: --batch-size 1,2,4,8,16,32")] = None,
     chunk_size: Annotated[Optional[int], typer.Option(help="Chunked prefill: token budget per step, which makes mixed prefill+decode batches (default: whole prefill). Example: --chunk-size 256")] = None,
     strategy: options.Strategy = "unified,split",
     backend: options.Backend = None,
@@ -34,8 +34,10 @@ def e2e(
     graph_policy: Annotated[str, typer.Option(help="With --cudagraph full: safe (static max_seqlen upper bounds, padded cu_seqlens) or naive (metadata as it comes: the seed's graph bug, which the agreement check should call MISMATCH). Example: --cudagraph full --graph-policy naive")] = "safe",
     dtype: options.Dtype = "bf16",
     block_size: options.BlockSize = 16,
-    warmup: Annotated[int, typer.Option(help="Warm-up runs per row (as vllm bench latency). Example: --warmup 2")] = 10,
-    iters: Annotated[int, typer.Option(help="Measured runs per row (as vllm bench latency). Example: --iters 5")] = 30,
+    warmup: Annotated[Optional[int], typer.Option(help=f"Warm-up runs per row, after the untimed check run; {default_text('warmup')} (vllm bench latency: 10). Example: --warmup 10")] = None,
+    iters: Annotated[Optional[int], typer.Option(help=f"The most measured runs per row (with --precision 0: exactly this many, as vllm bench latency's --num-iters); {default_text('iters')}. Example: --iters 30 --precision 0")] = None,
+    min_iters: Annotated[Optional[int], typer.Option(help=f"The fewest measured runs per row before --precision may stop it (default {MIN_ITERS}, the fewest whose range is a 95 % interval of the median; at most --iters). Example: --min-iters 10")] = None,
+    precision: Annotated[float, typer.Option(help=f"Stop a row's measured runs once the 95 % confidence interval of its p50 (distribution-free, from order statistics) has a half-width within this share of the p50: 0.01 is ±1 %; 0 runs a fixed --iters. Default {PRECISION}. Example: --precision 0.005")] = PRECISION,
     seed: Annotated[int, options.seed("random weights, prompts and block order")] = 0,
     device: options.Device = "auto",
     out: Annotated[Optional[Path], options.run_out("e2e", "runs/h200-e2e")] = None,
@@ -49,17 +51,20 @@ def e2e(
     """Request latency of a whole model, unified vs split attention: p50/p90/p99 request latency,
     prefill/decode step times, tokens/s, and greedy-token agreement between the runs.
 
-    Default: the seed's table, llama-7b with random weights, input/output 32/128 and 512/32 x batch
-    1-32, every step replayed from CUDA graphs (--cudagraph full).
+    Default on a GPU: the seed's table, llama-7b with random weights, input/output 32/128 and 512/32
+    x batch 1-32, every step replayed from CUDA graphs (--cudagraph full), each row measured until
+    its p50 is known within ±1 % (--precision). Without a GPU the defaults scale to a pipeline demo
+    on tiny, said in one line. The plan and an ETA are printed before the first row.
 
     Examples: attnbench e2e --model llama-7b;
+    attnbench e2e --model llama-7b --warmup 10 --iters 30 --precision 0 (vllm bench latency's fixed count);
     attnbench e2e --model qwen-14b --input-len 512 --output-len 32 --chunk-size 256;
     attnbench e2e --model ./checkpoints/my-llama --eager;
     attnbench e2e --model llama-7b --chunk-size 256 --cudagraph full;
     attnbench e2e --model llama-7b --chunk-size 256 --cudagraph piecewise;
     python -m torch.distributed.run --nproc-per-node 2 -m attnbench e2e --model llama-2-70b --tp 2
     """
-    from attnbench.e2e.runner import E2EArgs
+    from attnbench.e2e.args import E2EArgs
 
     start_e2e(E2EArgs(**ctx.params))  # the flags, parsed by their declarations, under their own names
 

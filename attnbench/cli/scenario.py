@@ -32,7 +32,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from attnbench.cli.flags import COMMANDS, Flag, command_flags, e2e_args, kernel_args
-from attnbench.e2e.runner import length_pairs, validate_args
+from attnbench.e2e.args import length_pairs, validate_args
 from attnbench.errors import UsageError, check_unique
 from attnbench.runs.kernel import plan_kernel
 from attnbench.workers import distributed

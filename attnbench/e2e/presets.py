@@ -28,5 +28,24 @@ PRESETS: dict[str, dict] = {
                      rope_theta=1000000.0, norm_eps=1e-6, qkv_bias=True, max_positions=32768),
 }
 
-# The seed's table: input/output lengths zipped, times every batch size (the flags' text defaults)
-SEED_INPUT_LENS, SEED_OUTPUT_LENS, SEED_BATCH_SIZES = "32,512", "128,32", "1,2,4,8,16,32"
+# The defaults of the flags a device scales (E2EArgs leaves them None: not given). On a GPU, the
+# seed's table: input/output lengths zipped, times every batch size, on llama-7b. Warm-ups: the
+# untimed check run before them already runs each row's requests through the same engine (graphs
+# captured, kernels compiled, memory pooled), so one more run settles the timed path; a row still
+# settling widens its interval and measures more runs (e2e/stopping.py). vllm bench latency's 10
+# warm-ups and 30 runs stay flags: --warmup 10 --iters 30 --precision 0.
+# On the CPU the run is a pipeline demo (reference attention, perf_counter), scaled to finish in
+# well under a minute on a small machine: tiny, one short point at two batch sizes, a fixed count.
+GPU_DEFAULTS: dict[str, object] = dict(model="llama-7b", input_len=[32, 512], output_len=[128, 32],
+                                       batch_size=[1, 2, 4, 8, 16, 32], warmup=1, iters=30)
+CPU_DEFAULTS: dict[str, object] = dict(model="tiny", input_len=[16], output_len=[4], batch_size=[1, 2],
+                                       warmup=1, iters=3)
+MIN_ITERS = 6  # the fewest runs whose range is a 95 % interval of the median (e2e/stopping.py)
+PRECISION = 0.01  # --precision: the half-width of the p50's 95 % interval within 1 % of it
+
+
+def default_text(flag: str) -> str:
+    """A scaled flag's defaults for its help: "32,512 on a GPU, 16 on the CPU"."""
+    said = [",".join(map(str, v)) if isinstance(v, list) else str(v)
+            for v in (GPU_DEFAULTS[flag], CPU_DEFAULTS[flag])]
+    return f"default {said[0]}" if said[0] == said[1] else f"default {said[0]} on a GPU, {said[1]} on the CPU"

@@ -38,7 +38,9 @@ class E2ERun:
     gpu: str
     tp: int = field(metadata=key_meta(**{OLDER_FILES: 1}))  # runs from before --tp ran on one GPU
     warmup: int
-    iters: int
+    iters: int  # the most measured runs per row (all of them with precision 0)
+    min_iters: int = 0  # the fewest; 0: a file from before the stopping rule (iters were all measured)
+    precision: float = 0.0  # stop once the p50's 95 % interval is within this share of it; 0: fixed
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,9 @@ class E2EMeasures(Sparse):
     mixed_steps_per_run: float | None = None
     decode_steps_per_run: float | None = None
     graph_steps_per_run: float | None = None
+    measured_runs: int | None = None  # what the stopping rule (e2e/stopping.py) measured, min_iters to iters
+    request_p50_ci_low_s: float | None = None  # the 95 % interval of the median of the runs' request
+    request_p50_ci_high_s: float | None = None  # p50s (order statistics); blank under 6 runs
     finite: bool | None = None
     repeatable: bool | None = None
     verdict: str | None = None

@@ -10,126 +10,36 @@ soon as they exist; parquet, summary.md and plots are written from them at the e
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 from typing import Callable
 
 import torch
 
+from attnbench.e2e.args import E2EArgs
 from attnbench.e2e.attention import PagedAttention
 from attnbench.e2e.checkpoint import load_hf_checkpoint, read_hf_config
-from attnbench.e2e.engine import Engine
-from attnbench.e2e.graphs import check_cudagraph
+from attnbench.e2e.engine import Engine, Generation
 from attnbench.e2e.model import PRESETS, ModelArgs, Transformer, fused, random_model
 from attnbench.e2e.modes import GraphChoice, GraphMode
-from attnbench.e2e.presets import SEED_BATCH_SIZES, SEED_INPUT_LENS, SEED_OUTPUT_LENS
-from attnbench.e2e.parallel import MAX_TP, SINGLE, TensorParallel, all_reduce_outputs_, random_rank_model
+from attnbench.e2e.parallel import SINGLE, TensorParallel, all_reduce_outputs_, from_leader, random_rank_model
 from attnbench.e2e.agreement import FAILING, compare_generations, run_metrics, worst
 from attnbench.e2e.rows import E2E_POINT, E2EHead, E2EMeasures
 from attnbench.e2e.scheduler import KVCache, make_prompts
-from attnbench.errors import AttnbenchError, UsageError, check_choices, check_unique, error_reason
+from attnbench.e2e.stopping import StoppingRule, median_interval
+from attnbench.errors import AttnbenchError, UsageError, error_reason
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.inputs import available_host_bytes, torch_dtype
 from attnbench.kernels.rows import cells
 from attnbench.kernels.sweep import failure_verdict
-from attnbench.kernels.workload import (
-    DEFAULT_STRATEGIES,
-    STRATEGIES,
-    DTYPE_ALIASES,
-    MAX_BLOCK_SIZE,
-    MAX_SEED,
-    MAX_TOKENS,
-    SweepPoint,
-)
+from attnbench.kernels.workload import SweepPoint
 from attnbench.profiler import profile_generation
 
 CPU_LIMIT_BYTES = 2 * 2**30  # the CPU path (reference attention) is for tests and small models
 GiB = 2**30
-
-
-@dataclass
-class E2EArgs:
-    """The e2e command's flags, one field per flag under the flag's name; list flags as lists."""
-
-    model: str = "llama-7b"
-    input_len: list[int] = field(default_factory=lambda: [32, 512])
-    output_len: list[int] = field(default_factory=lambda: [128, 32])
-    batch_size: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
-    chunk_size: int | None = None
-    strategy: list[str] = DEFAULT_STRATEGIES
-    backend: list[str] | None = None
-    eager: bool = False  # the same as cudagraph="none"
-    cudagraph: GraphMode | None = None  # --cudagraph none|decode|piecewise|full; None: modes.DEFAULT_MODE
-    graph_policy: str = "safe"  # --graph-policy: how full graphs take metadata (graphsafe.POLICIES)
-    dtype: str = "bf16"
-    block_size: int = 16
-    warmup: int = 10
-    iters: int = 30
-    seed: int = 0
-    device: str = "auto"
-    out: Path | None = None
-    profile: bool = False
-    force: bool = False
-    resume: Path | None = None
-    isolate: bool = False  # --isolate: each point in a worker process with a watchdog (attnbench.workers)
-    point_timeout: float | None = None  # --point-timeout S (default: 600 on a GPU, 120 on the CPU)
-    tp: int = 1  # --tp N: tensor-parallel ranks, one process each under torchrun (attnbench.e2e.parallel)
-
-    def __post_init__(self):
-        self.cudagraph = GraphMode.parse(self.cudagraph)  # the command line's text, or a scenario's
-
-
-def length_pairs(args: E2EArgs) -> list[tuple[int, int]]:
-    """--input-len and --output-len zipped; a single value goes with every value of the other."""
-    ins, outs = list(args.input_len), list(args.output_len)
-    if len(ins) == 1:
-        ins *= len(outs)
-    if len(outs) == 1:
-        outs *= len(ins)
-    if len(ins) != len(outs):
-        raise UsageError(f"--input-len/--output-len: {len(ins)} input lengths and {len(outs)} output lengths "
-                         "do not pair up; give equally many (they are zipped) or one of either")
-    pairs = list(zip(ins, outs))
-    check_unique(pairs, "--input-len/--output-len", lambda pair: f"the pair {pair[0]}/{pair[1]}")
-    return pairs
-
-
-def validate_args(args: E2EArgs) -> None:
-    """Every flag in range and every list without repeats, before a model is built or a row run.
-
-    Bounds: prompt, output and chunk lengths up to workload.MAX_TOKENS (the model's own
-    max_positions is checked once it is known), batches up to 4096 requests, up to 10,000
-    warm-up and measured runs each, a 64-bit seed, a --point-timeout of up to a day, --tp up to 64
-    (whether it splits the model is checked once the model is known: parallel.check_tp).
-    """
-    ranges = [("--input-len", args.input_len, 1, MAX_TOKENS), ("--output-len", args.output_len, 1, MAX_TOKENS),
-              ("--batch-size", args.batch_size, 1, 4096),
-              ("--chunk-size", [] if args.chunk_size is None else [args.chunk_size], 1, MAX_TOKENS),
-              ("--warmup", [args.warmup], 0, 10_000), ("--iters", [args.iters], 1, 10_000),
-              ("--block-size", [args.block_size], 16, MAX_BLOCK_SIZE), ("--seed", [args.seed], 0, MAX_SEED),
-              ("--tp", [args.tp], 1, MAX_TP)]
-    for flag, values, low, high in ranges:
-        for v in values:
-            if not (isinstance(v, int) and not isinstance(v, bool) and low <= v <= high):
-                raise UsageError(f"{flag}: must be an integer between {low} and {high}, got {v!r}")
-    if args.block_size % 16:
-        raise UsageError(f"--block-size: KV block size must be a multiple of 16, got {args.block_size}")
-    if DTYPE_ALIASES.get(args.dtype) is None:
-        raise UsageError(f"--dtype: unknown dtype {args.dtype!r}; choose bf16 or fp16")
-    timeout = args.point_timeout
-    if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout <= 86400):
-        raise UsageError(f"--point-timeout: must be a number of seconds above 0 and at most 86400, got {timeout}")
-    if timeout is not None and not args.isolate:
-        raise UsageError("--point-timeout: only worker processes have a watchdog; add --isolate")
-    for flag, used in (("--isolate", args.isolate), ("--profile", args.profile)):
-        if used and args.tp > 1:
-            raise UsageError(f"{flag} cannot be combined with --tp {args.tp} yet: every rank must run the same steps "
-                             "in the one process that holds its share of the model")
-    check_cudagraph(args)
-    check_choices(args.strategy, STRATEGIES, "--strategy", "strategy")
-    for flag, values in [("--batch-size", args.batch_size), ("--strategy", args.strategy),
-                         ("--backend", args.backend or [])]:
-        check_unique(values, flag)
 
 
 def resolve_model(name: str) -> tuple[ModelArgs, Path | None]:
@@ -180,8 +90,9 @@ class ModelEngines:
     """The model, the KV cache and one engine per (backend, strategy, GraphMode, policy), made on first use."""
 
     def __init__(self, model: Transformer, max_num_seqs: int, max_model_len: int, block_size: int = 16,
-                 chunk_size: int | None = None, seed: int = 0):
+                 chunk_size: int | None = None, seed: int = 0, tp: TensorParallel = SINGLE):
         dtype = model.tok_embeddings.dtype
+        self.tp = tp  # under --tp every rank runs as many requests as rank 0 decides (measure_runs)
         self.model, self.max_num_seqs, self.max_model_len, self.chunk_size = model, max_num_seqs, max_model_len, chunk_size
         self.point = attention_point(model.args, str(dtype).removeprefix("torch."), block_size)
         self.cache = KVCache(model.args, KVCache.blocks_for(max_num_seqs, max_model_len, block_size), block_size,
@@ -225,7 +136,39 @@ class ModelSpec:
             model = random_model(self.args, dtype, self.device, self.seed)
         if self.tp.size > 1:
             all_reduce_outputs_(model)
-        return ModelEngines(model, self.max_num_seqs, self.max_model_len, self.block_size, self.chunk_size, self.seed)
+        return ModelEngines(model, self.max_num_seqs, self.max_model_len, self.block_size, self.chunk_size, self.seed,
+                            self.tp)
+
+
+def request_p50(run: Generation) -> float:
+    """A run's median request latency: the sample the stopping rule watches (one per run, since a
+    batch's requests share their steps and are not independent of each other)."""
+    return median(run.latency_s)
+
+
+def measure_runs(engine: Engine, prompts: list, output_len: int, warmup: int, rule: StoppingRule,
+                 on_probe: Callable[[float], None] | None, tp: TensorParallel = SINGLE) -> list[Generation]:
+    """Warm-ups, then measured runs until `rule` is satisfied (by rank 0's times under --tp: every
+    rank must run the same requests); on_probe hears the first run's seconds."""
+    measured: list[Generation] = []
+    for n in range(warmup + rule.max_runs):
+        if n >= warmup and from_leader(tp, lambda: rule.done([request_p50(g) for g in measured])):
+            break
+        start = time.perf_counter()
+        run = engine.generate(prompts, output_len)
+        if n == 0 and on_probe is not None:
+            on_probe(time.perf_counter() - start)
+        if n >= warmup:
+            measured.append(run)
+    return measured
+
+
+def interval_cells(measured: list[Generation]) -> dict:
+    """How many runs were measured and the 95 % interval of their median request p50 (blank below
+    the 6 runs an interval needs)."""
+    interval = median_interval([request_p50(g) for g in measured]) or (math.nan, math.nan)  # a blank cell
+    return cells(E2EMeasures(measured_runs=len(measured), request_p50_ci_low_s=interval[0],
+                             request_p50_ci_high_s=interval[1]))
 
 
 def row_head(fields: dict, backend: str, strategy: str, choice: GraphChoice, graph_policy: str = "safe") -> dict:
@@ -246,9 +189,11 @@ def failed_rows(args: E2EArgs, choices: dict[str, GraphChoice], fields: dict, ve
 
 def run_point(engines: ModelEngines, args: E2EArgs, choices: dict[str, GraphChoice], fields: dict,
               profile_out: Path | None = None,
-              on_row: Callable[[dict], None] = lambda row: None) -> tuple[list[dict], list[dict]]:
+              on_row: Callable[[dict], None] = lambda row: None,
+              on_probe: Callable[[float], None] | None = None) -> tuple[list[dict], list[dict]]:
     """Every backend x strategy on one point; then the agreement of their check runs. `on_row` sees
-    each row as it is measured (a worker's sign of life), before agreement settles its verdict.
+    each row as it is measured (a worker's sign of life), before agreement settles its verdict;
+    `on_probe` the seconds of the point's first timed-path run (what an ETA is calibrated on).
     choices: each backend's modes.choose_graphs answer."""
     prompts = make_prompts(fields["batch_size"], fields["input_len"], engines.model.args.vocab_size, args.seed)
     output_len = fields["output_len"]
@@ -263,12 +208,11 @@ def run_point(engines: ModelEngines, args: E2EArgs, choices: dict[str, GraphChoi
                 check = checks[(backend, strategy, mode)] = engine.generate(prompts, output_len, record_logits=True)
                 count, reserved = engine.graph_stats()  # full/piecewise graphs are captured on first use: by the check run
                 row.update(graphs=count, graph_mem_mb=round(reserved / 2**20, 1))
-                for _ in range(args.warmup):
-                    engine.generate(prompts, output_len)
-                measured = [engine.generate(prompts, output_len) for _ in range(args.iters)]
+                measured = measure_runs(engine, prompts, output_len, args.warmup, args.stopping, on_probe, engines.tp)
+                on_probe = None  # a point's first timed run only
                 if profile_out is not None:  # --profile: extra runs after the measured ones, never among them
                     profile_generation(engine, prompts, output_len, profile_out, row)
-                row.update(run_metrics(measured, fields["batch_size"], output_len),
+                row.update(run_metrics(measured, fields["batch_size"], output_len), **interval_cells(measured),
                            finite=bool(torch.isfinite(check.logits).all()),
                            repeatable=all(g.tokens == check.tokens for g in measured), verdict="pass", reason="")
                 if graphs:  # the same strategy without graphs, for the graph-vs-eager check only

@@ -13,26 +13,56 @@ from rich.console import Console
 
 from attnbench.e2e.agreement import LOGIT_TOLERANCE, worst
 from attnbench.e2e.rows import E2E_POINT
+from attnbench.e2e.stopping import StoppingRule
 from attnbench.errors import AttnbenchError
 from attnbench.results.files import load_results, write_parquet
 from attnbench.results.tables import LINESTYLES, md_lines, strategies_in
 
 
 
+CPU_NOTE = ("CPU run: a pipeline demo (reference attention, perf_counter timing on a shared host): its latencies "
+            "and ratios are no finding about unified or split")
+
+
+def ratio_reading(strategy: str, low: float, high: float, on_cpu: bool) -> str:
+    """What a ratio of p50s can say: only with an interval, and never on the CPU."""
+    if on_cpu:
+        return "CPU demo: no verdict"
+    if not (low > 0 and high > 0):  # NaN: a side has no interval (fewer than 6 runs, or an older file)
+        return "no interval (under 6 runs)"
+    span = f"{low:.3f}-{high:.3f}"
+    if low > 1:
+        return f"unified faster ({span})"
+    if high < 1:
+        return f"{strategy} faster ({span})"
+    return f"within noise ({span})"
+
+
 def e2e_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The seed's e2e table: per (input, output, batch size), p50 request latency of each strategy."""
+    """The seed's e2e table: per (input, output, batch size), p50 request latency of each strategy,
+    each strategy / unified, and what that ratio can say: the interval [low_s / high_u, high_s / low_u]
+    of the two rows' 95 % intervals (both hold together with at least 90 %), no verdict on the CPU."""
     measured = df[df["verdict"].isin(["pass", "fail"])]
     if measured.empty:
         return pd.DataFrame()
     index = ["backend", "mode", *E2E_POINT]
-    p50 = measured.pivot_table(index=index, columns="strategy", values="request_p50_s", aggfunc="first")
+    values = [c for c in ("request_p50_s", "request_p50_ci_low_s", "request_p50_ci_high_s", "device") if c in measured]
+    pivot = measured.pivot_table(index=index, columns="strategy", values=values, aggfunc="first")
+    p50 = pivot["request_p50_s"]
     table = pd.DataFrame(index=p50.index)
     present = strategies_in(p50.columns)
     for strategy in present:
         table[f"{strategy} p50 s"] = p50[strategy]
     if "unified" in present:
+        had = set(pivot.columns.get_level_values(0))  # a column all blank (no row had an interval) is not there
+        low, high = (pivot[c].reindex(columns=p50.columns) if c in had else p50 * math.nan
+                     for c in ("request_p50_ci_low_s", "request_p50_ci_high_s"))
+        on_cpu = (pivot["device"] == "cpu").any(axis=1) if "device" in had else pd.Series(False, index=p50.index)
         for strategy in present[1:]:
             table[f"{strategy} / unified"] = p50[strategy] / p50["unified"]
+            table[f"{strategy} vs unified"] = [
+                ratio_reading(strategy, lo, hi, cpu) for lo, hi, cpu in
+                zip(low[strategy] / high["unified"], high[strategy] / low["unified"], on_cpu)]
     table["agreement"] = measured.groupby(index)["agreement"].agg(lambda v: worst(v.dropna()))
     table["check"] = measured.groupby(index)["verdict"].agg(lambda v: "pass" if (v == "pass").all() else "FAIL")
     return table.reset_index().rename(columns={"input_len": "input len", "output_len": "output len",
@@ -55,6 +85,31 @@ AGREEMENT_COLUMNS = [*E2E_POINT, "backend", "reference", "run", "verdict", "toke
                      "max_logit_diff", "logit_scale", "margin_at_divergence"]
 
 
+def on_cpu(df: pd.DataFrame) -> bool:
+    return "device" in df and (df["device"] == "cpu").any()
+
+
+def ratio_words(df: pd.DataFrame) -> str:
+    """How to read the ratio columns, naming the strategies the run has."""
+    others = [s for s in strategies_in(df["strategy"].dropna().unique()) if s != "unified"] if "strategy" in df else []
+    ratios = ", ".join(f"{s} / unified" for s in others) or "a strategy / unified"
+    return (f"{ratios} > 1 means unified is faster; the `vs unified` column reads it with its interval "
+            "(from the two rows' 95 % intervals of the p50) or says why it cannot")
+
+
+def runs_text(df: pd.DataFrame, e2e: dict) -> str:
+    """Warm-ups and measured runs per row: the rule asked for and what the rows measured. An
+    env.json from before the rule has no min_iters: its --iters were all measured."""
+    warmup, most = e2e.get("warmup"), e2e.get("iters")
+    rule = StoppingRule(e2e.get("min_iters") or most, most, e2e.get("precision") or 0)
+    asked = f"{warmup} warm-up{'' if warmup == 1 else 's'}, then {rule.describe()}"
+    counts = df["measured_runs"].dropna() if "measured_runs" in df else pd.Series(dtype=float)
+    if rule.fixed or counts.empty:
+        return asked
+    return (f"{asked}; rows measured {int(counts.min())}-{int(counts.max())} (median {counts.median():g}), "
+            f"{int((counts >= most).sum())} reached {most} before the precision")
+
+
 def write_e2e_summary(df: pd.DataFrame, agreement: pd.DataFrame, out_dir: Path, env: dict) -> Path:
     e2e = env.get("e2e", {})
     gpu = (env.get("gpu") or {}).get("name", "CPU")
@@ -69,10 +124,11 @@ def write_e2e_summary(df: pd.DataFrame, agreement: pd.DataFrame, out_dir: Path, 
         f"- model: {e2e.get('model')} ({e2e.get('params_b', 0):.2f} B params, {e2e.get('weights')}), "
         f"{e2e.get('dtype')}, block size {e2e.get('block_size')}, chunk size {e2e.get('chunk_size') or 'none (whole prefill)'}",
         f"- device: {gpu}; torch {env.get('torch')}; attnbench {env.get('attnbench_version')}",
-        f"- {e2e.get('warmup')} warm-up + {e2e.get('iters')} measured runs per row, after one untimed check run",
+        f"- per row: one untimed check run, {runs_text(df, e2e)}",
         *[f"- {note}" for note in notes],
         f"- small elementwise ops (RMSNorm, RoPE, SiLU-and-mul): {e2e.get('fused_ops')}",
-        "- request latency: run start to the request's last token; <strategy> / unified > 1 means unified is faster",
+        f"- request latency: run start to the request's last token; {ratio_words(df)}",
+        *([f"- {CPU_NOTE}"] if on_cpu(df) else []),
         "",
         e2e_markdown(e2e_table(df)),
         "## Step latency (p50; CUDA events on a GPU, perf_counter on the CPU; host = schedule + prepare + "
@@ -105,7 +161,7 @@ def plot_e2e(df: pd.DataFrame, out_dir: Path) -> list[Path]:
     written = []
     table = e2e_table(df)
     for name, ylabel in (("e2e_latency.png", "p50 request latency, s (bar: p90)"),
-                         ("e2e_ratio.png", "<strategy> / unified (>1: unified faster)")):
+                         ("e2e_ratio.png", "p50 ratio to unified (>1: unified faster)")):
         fig, axes = plt.subplots(1, len(pairs), figsize=(4.4 * len(pairs), 3.6), squeeze=False)
         for ax, (inp, outp) in zip(axes[0], pairs):
             if name == "e2e_latency.png":
@@ -122,9 +178,9 @@ def plot_e2e(df: pd.DataFrame, out_dir: Path) -> list[Path]:
                     strategy = column.split(" / ")[0]
                     for (backend, mode), g in sel.dropna(subset=[column]).groupby(["backend", "mode"]):
                         ax.plot(g["batch size"], g[column], marker="o", linestyle=LINESTYLES.get(strategy, ":"),
-                                label=f"{backend} {mode}" + (f" {strategy}" if len(ratios) > 1 else ""))
+                                label=f"{backend} {mode}: {column}")
                 ax.axhline(1.0, color="grey", linewidth=0.8)
-            ax.set_title(f"input {inp} / output {outp}")
+            ax.set_title(f"input {inp} / output {outp}" + (" (CPU demo)" if on_cpu(df) else ""))
             ax.set_xlabel("batch size")
             ax.set_xscale("log", base=2)
             ax.grid(True, alpha=0.3)
@@ -149,6 +205,9 @@ def write_e2e_outputs(out_dir: Path, env: dict, console: Console) -> Path:
     summary = write_e2e_summary(df, agreement, out_dir, env)
     plots = plot_e2e(df, out_dir)
     console.print(e2e_markdown(e2e_table(df)), highlight=False, soft_wrap=True)
+    console.print(f"runs per row: {runs_text(df, env.get('e2e', {}))}", highlight=False, soft_wrap=True)
+    if on_cpu(df):
+        console.print(f"[yellow]note:[/] {CPU_NOTE}", highlight=False, soft_wrap=True)
     if not agreement.empty:
         for a in agreement.itertuples(index=False):
             console.print(f"agreement in {a.input_len}/{a.output_len} batch {a.batch_size} {a.backend}: "

@@ -13,32 +13,24 @@ points (memory, --out, the model build) stops every rank with its message.
 
 from __future__ import annotations
 
+import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ContextManager, Iterator
+from typing import Callable, ContextManager, Iterator
 
 import pandas as pd
 import torch
 from rich.console import Console
 
 from attnbench.console import default_out_dir, progress
-from attnbench.device import device_name, point_timeout_s
+from attnbench.device import device_name, point_timeout_s, resolve_device
+from attnbench.e2e.args import E2EArgs, check_counts, cpu_line, length_pairs, validate_args, with_device_defaults
 from attnbench.e2e.engine import estimate_bytes
 from attnbench.e2e.modes import GraphChoice, GraphMode, choose_graphs, cudagraph_of
 from attnbench.e2e.model import ModelArgs, fused
 from attnbench.e2e.parallel import TensorParallel, agree, check_tp, describe, from_leader, rank_args, tensor_parallel
-from attnbench.e2e.runner import (
-    GiB,
-    E2EArgs,
-    ModelSpec,
-    attention_point,
-    check_fits,
-    length_pairs,
-    resolve_model,
-    run_point,
-    validate_args,
-)
+from attnbench.e2e.runner import GiB, ModelSpec, attention_point, check_fits, resolve_model, run_point
 from attnbench.errors import UsageError
 from attnbench.interrupts import SignalReceived, interrupted, signals_raise
 from attnbench.kernels.backends.registry import get_backend, resolve_backends
@@ -51,6 +43,7 @@ from attnbench.kernels.rows import cells
 from attnbench.results.e2e_report import write_e2e_outputs
 from attnbench.results.env import collect, env_value
 from attnbench.results.profiling import write_report
+from attnbench.runs.e2e_plan import Eta, duration, plan_line
 from attnbench.runs.resume import check_foreign, check_resume, sweep_record
 from attnbench.runs.rundir import ResumeKey, RunDir
 from attnbench.workers.isolated_e2e import Measure, isolated_points
@@ -81,29 +74,35 @@ def fused_status(rows: list[dict]) -> str:
 
 
 @contextmanager
-def in_process(spec: ModelSpec, args: E2EArgs, choices: dict[str, GraphChoice],
-               profile_out: Path | None) -> Iterator[Measure]:
+def in_process(spec: ModelSpec, args: E2EArgs, choices: dict[str, GraphChoice], profile_out: Path | None,
+               on_probe: Callable[[float], None]) -> Iterator[Measure]:
     """Points measured in this process, on one model (this rank's shard of it) built here."""
     engines = agree(spec.tp, spec.build)
-    yield lambda fields: run_point(engines, args, choices, fields, profile_out)
+    yield lambda fields: run_point(engines, args, choices, fields, profile_out, on_probe=on_probe)
 
 
 def measurer(spec: ModelSpec, args: E2EArgs, choices: dict[str, GraphChoice], profile_out: Path | None,
-             timeout: float | None) -> ContextManager[Measure]:
-    """How each point is measured: here, or in a worker process under a watchdog (--isolate)."""
+             timeout: float | None, on_probe: Callable[[float], None]) -> ContextManager[Measure]:
+    """How each point is measured: here, or in a worker process under a watchdog (--isolate, whose
+    worker times no probe: its ETA comes with the first point)."""
     if args.isolate:
         return isolated_points(spec, args, choices, profile_out, timeout)
-    return in_process(spec, args, choices, profile_out)
+    return in_process(spec, args, choices, profile_out, on_probe)
 
 
 def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
     validate_args(args)
+    args, scaled = with_device_defaults(args, resolve_device(args.device).type)
+    check_counts(args)  # --min-iters against an --iters the device chose
     pairs = length_pairs(args)
     margs, path = resolve_model(args.model)
     check_tp(args.tp, margs)
     with tensor_parallel(args.tp, args.device) as (tp, device):
         # every rank measures; rank 0 owns the directory, writes the rows and speaks
-        return run_ranks(args, console if tp.leader else Console(quiet=True), command, margs, path, pairs, tp, device)
+        speaker = console if tp.leader else Console(quiet=True)
+        if scaled:
+            speaker.print(cpu_line(scaled), highlight=False, soft_wrap=True)
+        return run_ranks(args, speaker, command, margs, path, pairs, tp, device)
 
 
 @dataclass
@@ -170,6 +169,7 @@ def run_env(setup: Setup, command: list[str]) -> dict:
                   "weights": f"checkpoint {setup.path}" if setup.path else f"random (seed {args.seed})",
                   "dtype": setup.dtype_name, "block_size": args.block_size, "chunk_size": args.chunk_size,
                   "max_model_len": setup.max_model_len, "warmup": args.warmup, "iters": args.iters,
+                  "min_iters": args.stopping.min_runs, "precision": args.precision,
                   "tp": describe(setup.tp), "attention_per_rank": {k: getattr(setup.point, k) for k in PER_RANK},
                   "memory_estimate_gib": {k: round(v / GiB, 3) for k, v in setup.parts.items()},
                   "graphs": {b: c.note for b, c in setup.choices.items()}, "cudagraph": cudagraph_of(args).value,
@@ -213,9 +213,8 @@ def run_ranks(args: E2EArgs, console: Console, command: list[str], margs: ModelA
     with ExitStack() as stack:
         run, env, rows, agreements, points = from_leader(tp, lambda: open_run(setup, command, console, stack))
         on = f"{tp.size} x {setup.gpu_name or 'cpu'} (TP {tp.size})" if tp.size > 1 else setup.gpu_name or "cpu"
-        console.print(f"{margs.name} ({margs.num_params / 1e9:.2f} B params, {setup.dtype_name}) on {on}: "
-                      f"{len(points)} points x {len(setup.backends)} backend(s) x {len(args.strategy)} strategies "
-                      f"-> {run.path}")
+        console.print(f"{margs.name} ({params_text(margs.num_params)} params, {setup.dtype_name}) on {on} "
+                      f"-> {run.path}", highlight=False)
         stopped, finished = measure_points(setup, run, env, rows, agreements, points, console)
         if tp.leader:
             env["e2e"]["fused_ops"] = fused_status(rows)
@@ -231,6 +230,22 @@ def run_ranks(args: E2EArgs, console: Console, command: list[str], margs: ModelA
     return run.path
 
 
+def params_text(num_params: int) -> str:
+    """1.23 B or 4.5 M: a small model's count is not "0.00 B"."""
+    return f"{num_params / 1e9:.2f} B" if num_params >= 1e8 else f"{num_params / 1e6:.3g} M"
+
+
+def start_eta(setup: Setup, points: list[tuple[int, int, int]], console: Console) -> Eta:
+    """The plan, said before the first row; the ETA that follows it through the run."""
+    args = setup.args
+    rows = len(setup.backends) * len(args.strategy)
+    eager_checks = sum(len(args.strategy) for c in setup.choices.values() if c.cudagraph != GraphMode.NONE)
+    later = "; ETA after the first point (--isolate: workers time no probe)" if args.isolate else ""
+    console.print(plan_line(len(points), setup.backends, args.strategy, eager_checks, args.warmup, args.stopping)
+                  + later, highlight=False, soft_wrap=True)
+    return Eta(points, rows, rows + eager_checks, args.warmup, args.stopping, args.chunk_size)
+
+
 def measure_points(setup: Setup, run: RunDir, env: dict, rows: list[dict], agreements: list[dict],
                    points: list[tuple[int, int, int]], console: Console) -> tuple[BaseException | None, int]:
     """Measure each point, adding to `rows` and `agreements` (rank 0 saves them after each point);
@@ -240,23 +255,32 @@ def measure_points(setup: Setup, run: RunDir, env: dict, rows: list[dict], agree
                      setup.max_model_len, args.block_size, args.chunk_size, tp)
     base = cells(E2ERun(margs.name, round(margs.num_params / 1e9, 3), setup.dtype_name, args.block_size,
                         args.chunk_size or 0, setup.device.type, setup.gpu_name or "cpu", tp.size, args.warmup,
-                        args.iters))
-    finished = 0
+                        args.iters, args.stopping.min_runs, args.precision))
+    eta, finished = start_eta(setup, points, console), 0
+
+    def probed(seconds: float) -> None:
+        if not eta.seen:  # the first point's first timed run, before its first measured one
+            eta.probe(seconds)
+            console.print(f"first timed run: {seconds:.3g} s; {eta.text()}", highlight=False, soft_wrap=True)
+
     with progress(console) as bar:
         task = bar.add_task("e2e", total=len(points))
         try:
             # the model is built only now: a refused --out or --resume costs no weights
             with signals_raise(), measurer(spec, args, setup.choices, run.path if args.profile else None,
-                                           env["e2e"]["point_timeout_s"]) as measure:
-                for input_len, output_len, batch_size in points:
-                    bar.update(task, description=f"in {input_len} / out {output_len} / batch {batch_size}")
-                    fields = {**base, **cells(E2EPoint(input_len, output_len, batch_size))}
-                    new_rows, new_agreements = measure(fields)
+                                           env["e2e"]["point_timeout_s"], probed) as measure:
+                for point in points:
+                    bar.update(task, description="in {} / out {} / batch {}".format(*point))
+                    started = time.perf_counter()
+                    new_rows, new_agreements = measure({**base, **cells(E2EPoint(*point))})
                     rows += new_rows
                     agreements += new_agreements
                     if tp.leader:
                         save_rows(run, rows, agreements)
-                    finished += 1
+                    finished, elapsed = finished + 1, time.perf_counter() - started
+                    eta.finished(point, elapsed, [r["measured_runs"] for r in new_rows if r.get("measured_runs")])
+                    console.print(f"point {finished}/{len(points)} done in {duration(elapsed)}; {eta.text()}",
+                                  highlight=False, soft_wrap=True)
                     bar.update(task, advance=1)
         except (KeyboardInterrupt, SignalReceived) as exc:
             return exc, finished
