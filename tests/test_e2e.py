@@ -253,3 +253,20 @@ class TestGPU:
         assert (df["mode"] == "graph").all() and (df["graph_steps_per_run"] > 0).all()
         assert (df["verdict"] == "pass").all(), df[["strategy", "batch_size", "verdict", "reason"]]
         assert set(pd.read_csv(out / "agreement.csv")["verdict"]) <= {"match", "near-tie"}
+
+
+def test_a_default_backend_lacking_a_compared_strategy_is_left_out_and_said(monkeypatch):
+    """flashinfer-ba has unified only: the default e2e run leaves it out (said once) instead of
+    refusing the whole run; named with --backend, it stays for check_setup to judge."""
+    from types import SimpleNamespace
+
+    import attnbench.e2e.args as e2e_args
+
+    found = {"full": SimpleNamespace(strategies=("unified", "split")), "half": SimpleNamespace(strategies=("unified",))}
+    monkeypatch.setattr(e2e_args, "resolve_backends", lambda requested, device: requested or list(found))
+    monkeypatch.setattr(e2e_args, "get_backend", found.__getitem__)
+    cpu = torch.device("cpu")
+    kept, note = e2e_args.run_backends(e2e_args.E2EArgs(), cpu)
+    assert kept == ["full"] and "half (no split)" in note and "--backend" in note
+    assert e2e_args.run_backends(e2e_args.E2EArgs(strategy=["unified"]), cpu) == (["full", "half"], "")
+    assert e2e_args.run_backends(e2e_args.E2EArgs(backend=["half"]), cpu) == (["half"], "")

@@ -16,7 +16,7 @@ import pytest
 from bad_input_cli import invoke
 
 from attnbench.e2e.args import E2EArgs, with_device_defaults
-from attnbench.e2e.presets import CPU_DEFAULTS, GPU_DEFAULTS
+from attnbench.e2e.presets import CPU_DEFAULTS, GPU_DEFAULTS, PRECISION
 from attnbench.e2e.stopping import StoppingRule, median_interval, relative_half_width
 from attnbench.results.e2e_report import ratio_reading
 from attnbench.runs.e2e_plan import Eta, duration, plan_line
@@ -68,8 +68,8 @@ def test_one_slow_run_among_six_keeps_the_row_measuring():
 
 
 def test_the_minimum_follows_a_small_iters_down_unless_given():
-    assert E2EArgs(iters=3).stopping == StoppingRule(3, 3, 0.01)
-    assert E2EArgs(iters=30).stopping == StoppingRule(6, 30, 0.01)
+    assert E2EArgs(iters=3).stopping == StoppingRule(3, 3, PRECISION)
+    assert E2EArgs(iters=30).stopping == StoppingRule(6, 30, PRECISION)
     assert E2EArgs(iters=30, min_iters=10, precision=0.05).stopping == StoppingRule(10, 30, 0.05)
 
 

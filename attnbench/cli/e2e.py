@@ -53,7 +53,7 @@ def e2e(
 
     Default on a GPU: the seed's table, llama-7b with random weights, input/output 32/128 and 512/32
     x batch 1-32, every step replayed from CUDA graphs (--cudagraph full), each row measured until
-    its p50 is known within ±1 % (--precision). Without a GPU the defaults scale to a pipeline demo
+    its p50 is known within ±2 % (--precision). Without a GPU the defaults scale to a pipeline demo
     on tiny, said in one line. The plan and an ETA are printed before the first row.
 
     Examples: attnbench e2e --model llama-7b;

@@ -12,12 +12,15 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from attnbench.e2e.graphs import check_cudagraph
 from attnbench.e2e.modes import GraphMode
 from attnbench.e2e.parallel import MAX_TP
 from attnbench.e2e.presets import CPU_DEFAULTS, GPU_DEFAULTS, MIN_ITERS, PRECISION
 from attnbench.e2e.stopping import StoppingRule
 from attnbench.errors import UsageError, check_choices, check_unique
+from attnbench.kernels.backends.registry import get_backend, resolve_backends
 from attnbench.kernels.workload import DEFAULT_STRATEGIES, DTYPE_ALIASES, MAX_BLOCK_SIZE, MAX_SEED, MAX_TOKENS, STRATEGIES
 
 MAX_RUNS = 10_000  # warm-up and measured runs per row, each
@@ -148,3 +151,18 @@ def validate_args(args: E2EArgs) -> None:
     for flag, values in [("--batch-size", given(args.batch_size)), ("--strategy", args.strategy),
                          ("--backend", args.backend or [])]:
         check_unique(values, flag)
+
+
+def run_backends(args: E2EArgs, device: torch.device) -> tuple[list[str], str]:
+    """(the backends an e2e run runs, a line naming the defaults it leaves out). Named ones run as
+    named (check_setup refuses a strategy one lacks). Unnamed, a default backend without every
+    compared strategy is left out: e2e rows are read in pairs (split against unified), and a
+    backend that has unified alone would end the default run before it started."""
+    backends = resolve_backends(args.backend, device)
+    lacking = {b: [s for s in args.strategy if s not in get_backend(b).strategies] for b in backends}
+    kept = [b for b in backends if not lacking[b]]
+    if args.backend or not kept or len(kept) == len(backends):
+        return backends, ""
+    left = ", ".join(f"{b} (no {'/'.join(lacking[b])})" for b in backends if lacking[b])
+    return kept, (f"Not run, the backend lacking a compared strategy: {left}; name it with --backend "
+                  f"and --strategy to run what it has.")

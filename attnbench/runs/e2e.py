@@ -25,7 +25,8 @@ from rich.console import Console
 
 from attnbench.console import default_out_dir, progress
 from attnbench.device import device_name, point_timeout_s, resolve_device
-from attnbench.e2e.args import E2EArgs, check_counts, cpu_line, length_pairs, validate_args, with_device_defaults
+from attnbench.e2e.args import (E2EArgs, check_counts, cpu_line, length_pairs, run_backends, validate_args,
+                                with_device_defaults)
 from attnbench.e2e.engine import estimate_bytes
 from attnbench.e2e.modes import GraphChoice, GraphMode, choose_graphs, cudagraph_of
 from attnbench.e2e.model import ModelArgs, fused
@@ -33,7 +34,7 @@ from attnbench.e2e.parallel import TensorParallel, agree, check_tp, describe, fr
 from attnbench.e2e.runner import GiB, ModelSpec, attention_point, check_fits, resolve_model, run_point
 from attnbench.errors import UsageError
 from attnbench.interrupts import SignalReceived, interrupted, signals_raise
-from attnbench.kernels.backends.registry import get_backend, resolve_backends
+from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.plan import check_measured
 from attnbench.kernels.workload import DTYPE_ALIASES, SweepPoint
@@ -121,6 +122,7 @@ class Setup:
     backends: list[str]
     choices: dict[str, GraphChoice]  # backend -> what runs under the graph mode, and why
     parts: dict[str, int]  # memory estimate
+    left_out: str = ""  # the default backends not run, and why (args.run_backends)
 
     @property
     def gpu_name(self) -> str | None:
@@ -141,7 +143,7 @@ def check_setup(args: E2EArgs, margs: ModelArgs, path: Path | None, pairs: list[
         raise UsageError(f"--input-len/--output-len: {max_model_len} tokens exceed {margs.name}'s "
                          f"{margs.max_positions} positions")
     point = attention_point(rank_args(margs, tp.size), dtype_name, args.block_size)  # what one rank holds
-    backends = resolve_backends(args.backend, device)
+    backends, left_out = run_backends(args, device)
     for b in backends:
         for strategy in args.strategy:  # every backend runs every strategy: e2e rows are compared pairwise
             reason = get_backend(b).supports(point, strategy, device)
@@ -158,7 +160,8 @@ def check_setup(args: E2EArgs, margs: ModelArgs, path: Path | None, pairs: list[
                            args.chunk_size or max(b * i for b in args.batch_size for i, _ in pairs),
                            max(b * o for b in args.batch_size for _, o in pairs) * runs_at_once)
     agree(tp, lambda: check_fits(parts, args.model, device))
-    return Setup(args, margs, path, pairs, tp, device, dtype_name, max_model_len, point, backends, choices, parts)
+    return Setup(args, margs, path, pairs, tp, device, dtype_name, max_model_len, point, backends, choices, parts,
+                 left_out)
 
 
 def run_env(setup: Setup, command: list[str]) -> dict:
@@ -215,6 +218,8 @@ def run_ranks(args: E2EArgs, console: Console, command: list[str], margs: ModelA
         on = f"{tp.size} x {setup.gpu_name or 'cpu'} (TP {tp.size})" if tp.size > 1 else setup.gpu_name or "cpu"
         console.print(f"{margs.name} ({params_text(margs.num_params)} params, {setup.dtype_name}) on {on} "
                       f"-> {run.path}", highlight=False)
+        if setup.left_out:
+            console.print(setup.left_out, highlight=False, soft_wrap=True)
         stopped, finished = measure_points(setup, run, env, rows, agreements, points, console)
         if tp.leader:
             env["e2e"]["fused_ops"] = fused_status(rows)
