@@ -86,25 +86,30 @@ def test_shards_merged_hold_the_keys_of_the_unsharded_run(runs, tmp_path):
         assert (tmp_path / "all" / name).is_file()
     merged = json.loads((tmp_path / "all" / "env.json").read_text())["merged"]
     assert [i["shard"]["index"] for i in merged["inputs"]] == [0, 1] and merged["missing_shards"] == []
+    assert merged["complete"] is True
     assert "shard" not in json.loads((tmp_path / "all" / "env.json").read_text())
 
 
-def test_a_missing_shard_is_said(runs, tmp_path):
-    result = invoke("merge", runs / "s0", "--out", tmp_path / "part")
+def test_a_missing_shard_is_refused_and_said_with_partial(runs, tmp_path):
+    line = error_line(invoke("merge", runs / "s0", "--out", tmp_path / "part"))
+    assert "shard(s) 1/2 of the split are not among the inputs" in line and "--partial" in line
+    assert not (tmp_path / "part").exists()
+    result = invoke("merge", runs / "s0", "--out", tmp_path / "part", "--partial")
     assert result.exit_code == 0, result.output
-    assert "shard(s) 1/2 are not among the inputs" in " ".join(result.output.split())
-    assert json.loads((tmp_path / "part" / "env.json").read_text())["merged"]["missing_shards"] == ["1/2"]
+    assert "shard(s) 1/2 of the split are not among the inputs" in " ".join(result.output.split())
+    merged = json.loads((tmp_path / "part" / "env.json").read_text())["merged"]
+    assert merged["missing_shards"] == ["1/2"] and merged["complete"] is False
 
 
 def test_a_row_held_twice_identically_is_kept_once(runs, tmp_path):
-    shutil.copytree(runs / "s0", tmp_path / "copy")
-    result = invoke("merge", runs / "s0", tmp_path / "copy", runs / "s1", "--out", tmp_path / "all")
+    shutil.copytree(runs / "full", tmp_path / "copy")
+    result = invoke("merge", runs / "full", tmp_path / "copy", "--out", tmp_path / "all")
     assert result.exit_code == 0, result.output
     assert len(pd.read_csv(tmp_path / "all" / "results.csv")) == len(pd.read_csv(runs / "full" / "results.csv"))
 
 
 def test_two_different_rows_for_one_measurement_are_refused(runs, tmp_path):
-    line = error_line(invoke("merge", runs / "full", runs / "s1", "--out", tmp_path / "all"))
+    line = error_line(invoke("merge", runs / "full", runs / "s1", "--out", tmp_path / "all", "--partial"))
     assert "both hold" in line and "with different results" in line and str(runs / "s1") in line
     assert not (tmp_path / "all").exists()
 

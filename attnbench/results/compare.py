@@ -15,7 +15,6 @@ earlier `bootstrap` over one run's samples, which knows within-run noise only (a
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -24,12 +23,13 @@ import numpy as np
 import pandas as pd
 
 from attnbench.e2e.rows import E2E_ROW_PARTS
-from attnbench.errors import AttnbenchError, UsageError
+from attnbench.errors import UsageError
 from attnbench.kernels.rows import RunColumns
 from attnbench.kernels.workload import LABEL, SweepPoint
 from attnbench.results.files import results_file
 from attnbench.results.read import KERNEL, MEASURED, ResultKind, canonical
 from attnbench.results.replicates import CONFIDENCE, MIN_REPLICATES, parse_times, welch_log_ratio
+from attnbench.results.schema import read_env
 
 VERDICTS = ("slower", "faster", "noisy", "same")
 RESAMPLES = 1000
@@ -232,15 +232,7 @@ def load_env(results: str | Path, name: str = "") -> dict:
     path = results_file(results).with_name("env.json")
     if not os.path.lexists(path):
         return {}
-    where = f"{name}: {path}" if name else str(path)
-    try:
-        env = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise AttnbenchError(f"{where} is not a readable JSON file ({str(exc) or type(exc).__name__}); "
-                             "fix it or move it away to compare without environments") from None
-    if not isinstance(env, dict):
-        raise AttnbenchError(f"{where} holds JSON {type(env).__name__}, not an object of environment entries")
-    return env
+    return read_env(path, f"{name}: {path}" if name else str(path))
 
 
 def _flatten(env: dict) -> dict:

@@ -16,32 +16,34 @@ ranks), the shards of the split it holds and lacks, and whether the split is com
 from __future__ import annotations
 
 import copy
-import csv
-import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnbench.errors import AttnbenchError
-from attnbench.results.compare import load_env
 from attnbench.results.env import RESUME_MUST_MATCH, env_value
+from attnbench.results.files import agreement_types, read_table
 from attnbench.results.read import ResultKind, canonical, load_run, row_default
+from attnbench.results.schema import read_env
 from attnbench.results.shards import check_split, shares_of
+from attnbench.results.telemetry import TELEMETRY_TYPES
 
 MUST_MATCH = {"kernel": RESUME_MUST_MATCH, "e2e": (*RESUME_MUST_MATCH, "e2e.model_args")}
 RUN_ONLY = ("shard", "distributed", "devices")  # env.json entries that describe one input, not the merge
-EXTRA_TABLES = ("agreement.csv", "telemetry.csv")  # measured beside results.csv: merged the same way
+# measured beside results.csv, merged the same way: their column types
+EXTRA_TABLES = {"agreement.csv": agreement_types, "telemetry.csv": lambda: TELEMETRY_TYPES}
 
 
 @dataclass
 class MergeInput:
-    """One input: its env.json, and its results.csv as text rows."""
+    """One input: its env.json, and its results.csv (and the tables beside it) as text rows."""
 
     path: Path
     kind: ResultKind
     env: dict
     header: list[str]
     rows: list[dict]
+    tables: dict[str, tuple[list[str], list[dict]]]  # agreement.csv, telemetry.csv: header and rows
 
 
 @dataclass
@@ -54,14 +56,6 @@ class Merged:
     notes: list[str] = field(default_factory=list)
 
 
-def read_table(path: Path) -> tuple[list[str], list[dict]]:
-    """A CSV file's header and rows, as text."""
-    text = path.read_text(encoding="utf-8-sig")
-    csv.field_size_limit(max(csv.field_size_limit(), len(text)))  # long samples_ms cells
-    reader = csv.DictReader(io.StringIO(text))
-    return list(reader.fieldnames or []), list(reader)
-
-
 def read_run_dir(path: Path) -> MergeInput:
     """A run directory, checked as compare and export check it; AttnbenchError naming it if it is not one."""
     if not os.path.isdir(path):
@@ -71,12 +65,11 @@ def read_run_dir(path: Path) -> MergeInput:
         if not os.path.isfile(path / name):
             raise AttnbenchError(f"{path} is not a run directory: it holds no {name}")
     run = load_run(path, str(path))  # every check of a results file: kind, columns, numbers, one row per key
-    env = load_env(path, str(path))
-    try:
-        header, rows = read_table(path / "results.csv")
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise AttnbenchError(f"{path}/results.csv is unreadable ({exc})") from None
-    return MergeInput(path, run.kind, env, header, rows)
+    env = read_env(path / "env.json")
+    header, rows = read_table(path / "results.csv", {})  # as text: the checks above have passed
+    tables = {name: read_table(path / name, types()) for name, types in EXTRA_TABLES.items()
+              if os.path.lexists(path / name)}
+    return MergeInput(path, run.kind, env, header, rows, tables)
 
 
 def check_same_setup(runs: list[MergeInput], allow_mixed: bool) -> dict[str, dict[str, object]]:
@@ -149,7 +142,7 @@ def merge_runs(runs: list[MergeInput], allow_mixed: bool, partial: bool, command
 
 def extra_table(runs: list[MergeInput], name: str) -> tuple[list[str], list[dict]]:
     """agreement.csv (e2e) or telemetry.csv: every input's rows, identical rows once."""
-    sources = [(run.path, *read_table(run.path / name)) for run in runs if os.path.isfile(run.path / name)]
+    sources = [(run.path, *run.tables[name]) for run in runs if name in run.tables]
     header, rows, _ = union_rows(sources, key=lambda row: tuple(row.values()))
     return header, rows
 

@@ -39,7 +39,7 @@ from attnbench.e2e.runner import (
     run_point,
     validate_args,
 )
-from attnbench.errors import UsageError
+from attnbench.errors import AttnbenchError, UsageError
 from attnbench.interrupts import SignalReceived, interrupted, signals_raise
 from attnbench.kernels.backends.registry import get_backend, resolve_backends
 from attnbench.kernels.inputs import torch_dtype
@@ -50,6 +50,7 @@ from attnbench.e2e.rows import E2E_POINT, E2EPoint, E2ERun
 from attnbench.kernels.rows import cells
 from attnbench.results.e2e_report import write_e2e_outputs
 from attnbench.results.env import collect
+from attnbench.results.files import read_agreements
 from attnbench.results.profiling import write_report
 from attnbench.runs.rundir import ResumeKey, RunDir
 from attnbench.workers.isolated_e2e import Measure, isolated_points
@@ -67,10 +68,11 @@ def save_table(rows: list[dict], path: Path) -> None:
 
 
 def previous_agreements(out_dir: Path) -> list[dict]:
-    path = out_dir / "agreement.csv"
-    if not path.exists():
-        return []
-    return pd.read_csv(path, dtype=str, keep_default_na=False).to_dict("records")
+    """The agreement rows of the run being resumed, checked as every reader checks them."""
+    try:
+        return read_agreements(out_dir / "agreement.csv")
+    except AttnbenchError as exc:
+        raise UsageError(f"--resume: {exc}") from None
 
 
 def fused_status(rows: list[dict]) -> str:

@@ -29,12 +29,12 @@ def run_merge(runs: list[Path], out: Path, allow_mixed: bool, partial: bool, for
     """Merge the run directories `runs` into `out`; refused before anything is written if it cannot be."""
     inputs = [read_run_dir(path) for path in runs]
     check_out_apart(out, runs)
-    merged = merge_runs(inputs, allow_mixed, partial, command)
     held = sorted(p.name for p in out.iterdir() if p.name != LOCK) if out.is_dir() and not force else []
     if held:
         raise UsageError(f"--out: {out} is not empty (it holds {held[0]}"
                          f"{f' and {len(held) - 1} more' if len(held) > 1 else ''}); choose a new directory "
                          "or --force over it")
+    merged = merge_runs(inputs, allow_mixed, partial, command)
     run = RunDir.prepare(out, force=force)
     with run.locked():
         write_merged(merged, run)

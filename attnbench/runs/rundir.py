@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from attnbench.errors import UsageError
+from attnbench.errors import AttnbenchError, UsageError
 from attnbench.results import files
 from attnbench.results.atomic import write_text_atomic
 from attnbench.results.env import RESUME_MUST_MATCH, env_value
+from attnbench.results.schema import read_env
 
 LOCK = ".attnbench.lock"
 RECORD = ".attnbench-files.json"
@@ -227,13 +228,11 @@ class RunDir:
         return files.RowWriter(self.path, keep=keep)
 
     def read_env(self) -> dict:
+        """env.json, checked as every reader checks it (results/schema.py)."""
         try:
-            env = json.loads((self.path / "env.json").read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UsageError(f"--resume: {self.path}/env.json is unreadable ({exc})") from None
-        if not isinstance(env, dict):
-            raise UsageError(f"--resume: {self.path}/env.json is not a JSON object")
-        return env
+            return read_env(self.path / "env.json")
+        except AttnbenchError as exc:
+            raise UsageError(f"--resume: {exc}") from None
 
     def check_resumable(self, old_env: dict, new_env: dict) -> None:
         """Refuse to add rows measured on another GPU or with other library versions."""
