@@ -196,7 +196,8 @@ def _csv_text(path: Path) -> str:
     try:
         header, *rows = csv.reader(io.StringIO(text), strict=True)  # strict: a quote left open is an error
     except csv.Error as exc:
-        raise AttnbenchError(f"{path} is not a readable CSV file ({exc})") from None
+        opened = ": a quoted field is never closed" if "end of data" in str(exc) else ""
+        raise AttnbenchError(f"{path} is not a readable CSV file ({exc}{opened})") from None
     repeated = sorted({name for name in header if header.count(name) > 1})
     if repeated:
         raise AttnbenchError(f"{path}: column {repeated[0]} appears more than once in the header")
@@ -233,11 +234,14 @@ def agreement_types() -> dict[str, type]:
     return column_types(E2EPoint, Agreement, backend=str, reference=str, run=str)
 
 
+def read_agreement_table(path: Path) -> tuple[list[str], list[dict]]:
+    """An e2e run's agreement.csv: header and rows, as text."""
+    return read_table(path, agreement_types(), required=(*rows.names(E2EPoint), "backend", "verdict"))
+
+
 def read_agreements(path: Path) -> list[dict]:
     """An e2e run's agreement.csv rows, as text (none when there is no such file)."""
-    if not os.path.lexists(path):
-        return []
-    return read_table(path, agreement_types(), required=(*rows.names(E2EPoint), "backend", "verdict"))[1]
+    return read_agreement_table(path)[1] if os.path.lexists(path) else []
 
 
 def write_env(out_dir: Path, env: dict) -> None:

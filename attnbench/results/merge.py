@@ -22,16 +22,16 @@ from pathlib import Path
 
 from attnbench.errors import AttnbenchError
 from attnbench.results.env import RESUME_MUST_MATCH, env_value
-from attnbench.results.files import agreement_types, read_table
+from attnbench.results.files import read_agreement_table, read_table
 from attnbench.results.read import ResultKind, canonical, load_run, row_default
 from attnbench.results.schema import read_env
 from attnbench.results.shards import check_split, shares_of
-from attnbench.results.telemetry import TELEMETRY_TYPES
+from attnbench.results.telemetry import read_telemetry
 
 MUST_MATCH = {"kernel": RESUME_MUST_MATCH, "e2e": (*RESUME_MUST_MATCH, "e2e.model_args")}
 RUN_ONLY = ("shard", "distributed", "devices")  # env.json entries that describe one input, not the merge
-# measured beside results.csv, merged the same way: their column types
-EXTRA_TABLES = {"agreement.csv": agreement_types, "telemetry.csv": lambda: TELEMETRY_TYPES}
+# measured beside results.csv, merged the same way: their readers
+EXTRA_TABLES = {"agreement.csv": read_agreement_table, "telemetry.csv": read_telemetry}
 
 
 @dataclass
@@ -67,7 +67,7 @@ def read_run_dir(path: Path) -> MergeInput:
     run = load_run(path, str(path))  # every check of a results file: kind, columns, numbers, one row per key
     env = read_env(path / "env.json")
     header, rows = read_table(path / "results.csv", {})  # as text: the checks above have passed
-    tables = {name: read_table(path / name, types()) for name, types in EXTRA_TABLES.items()
+    tables = {name: read(path / name) for name, read in EXTRA_TABLES.items()
               if os.path.lexists(path / name)}
     return MergeInput(path, run.kind, env, header, rows, tables)
 
