@@ -1,14 +1,11 @@
 """Bad input to the readers of results files and to `attnbench merge` (issue 20): each is one `error:`
 line naming the file (and the field, when a field is wrong), exit 1, no traceback, nothing changed.
 
-- merge refuses shards of different sweeps or splits, a shard missing or held twice, a whole run
-  beside shards (unless --partial: then env.json says the split is not complete), and an --out that
-  is or holds an input, even with --force;
-- env.json, agreement.csv and telemetry.csv with wrong types, missing fields, binary bytes, a cut or
-  a quote left open are refused by merge, compare and both --resume, before anything is written.
-
-The shards are made from one CPU kernel run (results_fixtures' cpu_run), split by point, so the
-module measures nothing but one tiny e2e run. `-s` prints how many distinct bad inputs were tried.
+Merge: shards of other sweeps or splits, a shard missing or twice, a whole run beside shards (unless
+--partial), an --out that is or holds an input even with --force. Readers: env.json, agreement.csv
+and telemetry.csv with wrong types, missing fields, binary bytes, a cut or a quote left open, through
+merge, compare and both --resume. The shards are cpu_run (results_fixtures) split by point, so only
+one tiny e2e run is measured here. `-s` prints how many distinct bad inputs were tried.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from bad_input_cli import E2E, KERNEL, assert_one_error_line, invoke
-from bad_results import counted
+from bad_results import counted, csv_bytes, drop, set_cell
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +27,6 @@ from attnbench.errors import AttnbenchError
 from attnbench.results.schema import read_env
 
 pytest_plugins = ["results_fixtures"]
-
 TRIED: set[tuple[str, str]] = set()
 count_what_was_tried = counted(TRIED, __name__)
 TELEMETRY = b"time_unix,sm_clock_mhz,mem_clock_mhz,temp_c,power_w,reasons,source\n1.5,1980.0,2619.0,35.0,120.5,0x4,nvml\n"
@@ -41,17 +37,18 @@ def snapshot(*roots: Path) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for root in roots for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def measured(run: Path) -> dict[str, bytes]:
+    """What a refused --resume must keep (it clears the outputs made from these first: runs/rundir.py)."""
+    return {name: (run / name).read_bytes() for name in ("results.csv", "env.json", "agreement.csv")}
+
+
 def shard_of(run: Path, rows: list[list[str]], header: list[str], out: Path, index: int, count: int,
              command: str) -> Path:
     out.mkdir(parents=True)
-    buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerows([header, *rows])
-    (out / "results.csv").write_text(buffer.getvalue())
-    env = json.loads((run / "env.json").read_text())
-    env.update(command=f"{command} --shard {index}/{count} --out {out}", shard={"index": index, "count": count,
-                                                                               "points": 1})
+    (out / "results.csv").write_bytes(csv_bytes(header, rows))
+    env = {**json.loads((run / "env.json").read_text()), "command": f"{command} --shard {index}/{count} --out {out}",
+           "shard": {"index": index, "count": count, "points": 1}}
     (out / "env.json").write_text(json.dumps(env))
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -78,18 +75,15 @@ def shards(cpu_run, tmp_path_factory) -> Path:
 def e2e_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("e2e") / "run"
     result = invoke(*E2E, "--out", out)
-    assert result.exit_code == 0, result.output
-    assert (out / "agreement.csv").is_file()
+    assert result.exit_code == 0 and (out / "agreement.csv").is_file(), result.output
     return out
 
 
-def refused(args: list, named: list[str], *keep: Path) -> str:
-    """The command is one error line holding every word of `named`, and every file under `keep` is unchanged."""
+def refused(args: list, named: list[str], *keep: Path) -> None:
+    """One error line holding every word of `named`, and every file under `keep` as it was."""
     before = snapshot(*keep)
     line = assert_one_error_line(invoke(*args))
-    assert all(word in line for word in named), (named, line)
-    assert snapshot(*keep) == before
-    return line
+    assert all(word in line for word in named) and snapshot(*keep) == before, (named, line)
 
 
 def test_shards_of_one_whole_split_merge_and_say_so(shards, tmp_path):
@@ -132,8 +126,7 @@ OUTS = [  # (case, --out given the shards' directory `root`)
 
 
 def link(path: Path, target: Path) -> Path:
-    if not path.is_symlink():
-        path.symlink_to(target, target_is_directory=True)
+    path.is_symlink() or path.symlink_to(target, target_is_directory=True)
     return path
 
 
@@ -173,8 +166,7 @@ ENV_FIELDS = [  # (case, the entries changed, the field the error names)
 @pytest.mark.parametrize("case, change, field", ENV_FIELDS, ids=[c[0] for c in ENV_FIELDS])
 def test_an_env_json_field_of_the_wrong_type_is_refused_by_merge_and_compare(shards, tmp_path, case, change, field):
     TRIED.add(("env.json", case))
-    bad = tmp_path / "bad"
-    shutil.copytree(shards / "s0", bad)
+    bad = Path(shutil.copytree(shards / "s0", tmp_path / "bad"))
     (bad / "env.json").write_text(json.dumps({**json.loads((bad / "env.json").read_text()), **change}))
     named = [f"{bad}/env.json", f"{field} "]
     refused(["merge", bad, shards / "s1", "--out", tmp_path / "all", "--partial"], named, bad, shards)
@@ -233,8 +225,7 @@ TABLES = [  # (case, file, its bytes, words the error names)
 @pytest.mark.parametrize("case, name, data, named", TABLES, ids=[c[0] for c in TABLES])
 def test_a_bad_telemetry_csv_is_refused_by_merge(shards, tmp_path, case, name, data, named):
     TRIED.add(("table", case))
-    bad = tmp_path / "bad"
-    shutil.copytree(shards / "s0", bad)
+    bad = Path(shutil.copytree(shards / "s0", tmp_path / "bad"))
     (bad / name).write_bytes(data)
     refused(["merge", bad, shards / "s1", "--out", tmp_path / "all"], [f"{bad}/{name}", *named], bad, shards)
     assert not (tmp_path / "all").exists()
@@ -242,14 +233,9 @@ def test_a_bad_telemetry_csv_is_refused_by_merge(shards, tmp_path, case, name, d
 
 def agreement_with(run: Path, column: str, value: str | None) -> bytes:
     header, *rows = list(csv.reader(io.StringIO((run / "agreement.csv").read_text())))
-    if value is None:
-        at = header.index(column)
-        header, rows = header[:at] + header[at + 1:], [r[:at] + r[at + 1:] for r in rows]
-    else:
-        rows[0][header.index(column)] = value
-    buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerows([header, *rows])
-    return buffer.getvalue().encode()
+    if value is not None:
+        return set_cell(column, value)(header, rows)
+    return drop(column)(header, rows)
 
 
 AGREEMENTS = [  # (case, column, value: None drops the column, the words the error names)
@@ -260,41 +246,38 @@ AGREEMENTS = [  # (case, column, value: None drops the column, the words the err
     ("diverged-requests-a-list", "diverged_requests", "[1]", ["row 1", "diverged_requests"]),
     ("no-verdict-column", "verdict", None, ["lacks column", "verdict"]),
     ("no-output-len-column", "output_len", None, ["lacks column", "output_len"]),
+    ("backend-empty", "backend", "", ["row 1", "backend is empty"]),
 ]
 
 
 @pytest.mark.parametrize("case, column, value, named", AGREEMENTS, ids=[c[0] for c in AGREEMENTS])
 def test_a_bad_agreement_csv_is_refused_by_merge_and_e2e_resume(e2e_run, tmp_path, case, column, value, named):
     TRIED.add(("agreement.csv", case))
-    bad = tmp_path / "bad"
-    shutil.copytree(e2e_run, bad)
+    bad = Path(shutil.copytree(e2e_run, tmp_path / "bad"))
     (bad / "agreement.csv").write_bytes(agreement_with(e2e_run, column, value))
     refused(["merge", bad, "--out", tmp_path / "all"], [f"{bad}/agreement.csv", *named], bad)
-    kept = ("results.csv", "env.json", "agreement.csv")
-    before = {name: (bad / name).read_bytes() for name in kept}
+    before = measured(bad)
     assert_one_error_line(invoke(*E2E, "--resume", bad), f"{bad}/agreement.csv")
-    assert {name: (bad / name).read_bytes() for name in kept} == before
+    assert measured(bad) == before
 
 
-RESUME_ENV = [  # (case, command, the entries changed, the field the error names)
-    ("e2e-tp-size-a-string", E2E, {"tp": {"size": "1"}}, "e2e.tp.size"),
-    ("e2e-tp-null", E2E, {"tp": None}, "e2e.tp"),
-    ("e2e-model-args-a-list", E2E, {"model_args": [1]}, "e2e.model_args"),
-    ("e2e-model-args-missing", E2E, {"model_args": ...}, "e2e.model_args"),
+RESUME_ENV = [  # (case, env.json's e2e entries changed (... removes one), the field the error names)
+    ("e2e-tp-size-a-string", {"tp": {"size": "1"}}, "e2e.tp.size"), ("e2e-tp-null", {"tp": None}, "e2e.tp"),
+    ("e2e-model-args-a-list", {"model_args": [1]}, "e2e.model_args"),
+    ("e2e-model-args-missing", {"model_args": ...}, "e2e.model_args"),
 ]
 
 
-@pytest.mark.parametrize("case, command, change, field", RESUME_ENV, ids=[c[0] for c in RESUME_ENV])
-def test_e2e_resume_of_an_env_json_with_wrong_types_is_one_line(e2e_run, tmp_path, case, command, change, field):
+@pytest.mark.parametrize("case, change, field", RESUME_ENV, ids=[c[0] for c in RESUME_ENV])
+def test_e2e_resume_of_an_env_json_with_wrong_types_is_one_line(e2e_run, tmp_path, case, change, field):
     TRIED.add(("e2e --resume env.json", case))
-    bad = tmp_path / "bad"
-    shutil.copytree(e2e_run, bad)
+    bad = Path(shutil.copytree(e2e_run, tmp_path / "bad"))
     env = json.loads((bad / "env.json").read_text())
     env["e2e"] = {k: v for k, v in {**env["e2e"], **change}.items() if v is not ...}
     (bad / "env.json").write_text(json.dumps(env))
-    before = {name: (bad / name).read_bytes() for name in ("results.csv", "env.json", "agreement.csv")}
-    assert_one_error_line(invoke(*command, "--resume", bad), f"{bad}/env.json: {field} ")
-    assert {name: (bad / name).read_bytes() for name in before} == before
+    before = measured(bad)
+    assert_one_error_line(invoke(*E2E, "--resume", bad), f"{bad}/env.json: {field} ")
+    assert measured(bad) == before
 
 
 @pytest.mark.parametrize("case, shard", [("shard-index-a-string", {"index": "0", "count": 1}),

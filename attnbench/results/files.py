@@ -221,7 +221,8 @@ def read_table(path: Path, types: dict[str, type], required: tuple[str, ...] = (
         raise AttnbenchError(f"{path} lacks column(s) {', '.join(missing)}")
     for number, row in enumerate(table, 1):
         for column in (c for c in header if c in types):
-            problem = cell_problem(row[column], types[column])
+            problem = "is empty" if column in required and not row[column].strip() else \
+                cell_problem(row[column], types[column])
             if problem:
                 raise AttnbenchError(f"{path} row {number}: {column} {problem}")
     return header, table

@@ -91,15 +91,9 @@ class RunEnv:
     merged: dict | None = None
 
 
-def check(value: object, hint: object, where: str) -> None:
-    """AttnbenchError `<where> is <what value is>, not <what hint wants>` at the first value that
-    does not fit; `where` is the dotted field (`shard.index`, `distributed.ranks[1].rank`)."""
-    problem = mismatch(value, hint, where)
-    if problem:
-        raise AttnbenchError(problem)
-
-
 def mismatch(value: object, hint: object, where: str) -> str:
+    """`<where> is <what value is>, not <what hint wants>` at the first value that does not fit ('' when
+    all do); `where` is the dotted field (`shard.index`, `distributed.ranks[1].rank`)."""
     options = typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
     if value is None and type(None) in options:
         return ""
@@ -173,19 +167,27 @@ def read_env(path: Path, where: str = "") -> dict:
         raise AttnbenchError(f"{where} is not a readable JSON file ({str(exc) or type(exc).__name__})") from None
     if not isinstance(env, dict):
         raise AttnbenchError(f"{where} holds JSON {type(env).__name__}, not an object of environment entries")
-    try:
-        check(env, RunEnv, "")
-        shard, ranks = env.get("shard"), (env.get("distributed") or {}).get("ranks") or []
-        if shard and not 0 <= shard["index"] < shard["count"]:
-            raise AttnbenchError(f"shard is {shard['index']}/{shard['count']}, not I/N with 0 <= I < N")
-        if sorted(r["rank"] for r in ranks) != list(range(len(ranks))):
-            raise AttnbenchError(f"distributed.ranks numbers {sorted(r['rank'] for r in ranks)}, not 0..{len(ranks) - 1}")
-    except AttnbenchError as exc:
-        raise AttnbenchError(f"{where}: {exc}") from None
+    problem = mismatch(env, RunEnv, "") or split_problem(env)
+    if problem:
+        raise AttnbenchError(f"{where}: {problem}")
     return env
 
 
+def split_problem(env: dict) -> str:
+    """What the types allow but a split cannot be: shard I/N past N, torchrun ranks not 0..W-1."""
+    shard, ranks = env.get("shard"), [r["rank"] for r in (env.get("distributed") or {}).get("ranks") or []]
+    if shard and not 0 <= shard["index"] < shard["count"]:
+        return f"shard is {shard['index']}/{shard['count']}, not I/N with 0 <= I < N"
+    if sorted(ranks) != list(range(len(ranks))):
+        return f"distributed.ranks are ranks {sorted(ranks)}, not 0..{len(ranks) - 1} once each"
+    return ""
+
+
 # ---- tables: one type per column --------------------------------------------------------------------
+
+class HexInt(int):
+    """A column of integers written in hexadecimal (telemetry.csv's throttle reasons, `0x4`)."""
+
 
 def column_types(*parts: type, **more: type) -> dict[str, type]:
     """{column: int | float | str} from row dataclasses (a `X | None` field: X), and `more`."""
@@ -211,5 +213,3 @@ def cell_problem(text: str, kind: type) -> str:
     return ""
 
 
-class HexInt(int):
-    """A column of integers written in hexadecimal (telemetry.csv's throttle reasons, `0x4`)."""

@@ -19,7 +19,6 @@ mode]) this run needs (ResumeKey, one implementation for the kernel and e2e jobs
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shutil
@@ -243,12 +242,12 @@ class RunDir:
                                  "start a new directory instead")
 
     def read_rows(self) -> list[dict]:
-        """The rows of an earlier run's results.csv, as strings."""
+        """The rows of an earlier run's results.csv, as strings, once it reads as a whole CSV table
+        (files.read_table: UTF-8, no NUL, one field count, no quote left open, not cut short)."""
         try:
-            with (self.path / "results.csv").open(newline="") as f:
-                return list(csv.DictReader(f))
-        except (OSError, UnicodeDecodeError, csv.Error) as exc:
-            raise UsageError(f"--resume: {self.path}/results.csv is unreadable ({exc})") from None
+            return files.read_table(self.path / "results.csv", {})[1]
+        except AttnbenchError as exc:
+            raise UsageError(f"--resume: {exc}") from None
 
 
 def _pid_alive(pid: int) -> bool:
