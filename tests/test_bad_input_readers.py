@@ -19,22 +19,18 @@ from pathlib import Path
 
 import pytest
 from bad_input_cli import E2E, KERNEL, assert_one_error_line, invoke
-from bad_results import counted, csv_bytes, drop, set_cell
+from bad_results import counted, csv_bytes, drop, refused, set_cell, snapshot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnbench.errors import AttnbenchError
 from attnbench.results.schema import read_env
+from attnbench.results.telemetry import read_telemetry
 
 pytest_plugins = ["results_fixtures"]
 TRIED: set[tuple[str, str]] = set()
 count_what_was_tried = counted(TRIED, __name__)
 TELEMETRY = b"time_unix,sm_clock_mhz,mem_clock_mhz,temp_c,power_w,reasons,source\n1.5,1980.0,2619.0,35.0,120.5,0x4,nvml\n"
-
-
-def snapshot(*roots: Path) -> dict[str, bytes]:
-    """Every file under the roots, by path: what a refused command must leave as it was."""
-    return {str(p): p.read_bytes() for root in roots for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def measured(run: Path) -> dict[str, bytes]:
@@ -73,17 +69,9 @@ def shards(cpu_run, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def e2e_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("e2e") / "run"
-    result = invoke(*E2E, "--out", out)
+    result = invoke(*E2E, "--out", out := tmp_path_factory.mktemp("e2e") / "run")
     assert result.exit_code == 0 and (out / "agreement.csv").is_file(), result.output
     return out
-
-
-def refused(args: list, named: list[str], *keep: Path) -> None:
-    """One error line holding every word of `named`, and every file under `keep` as it was."""
-    before = snapshot(*keep)
-    line = assert_one_error_line(invoke(*args))
-    assert all(word in line for word in named) and snapshot(*keep) == before, (named, line)
 
 
 def test_shards_of_one_whole_split_merge_and_say_so(shards, tmp_path):
@@ -229,6 +217,23 @@ def test_a_bad_telemetry_csv_is_refused_by_merge(shards, tmp_path, case, name, d
     (bad / name).write_bytes(data)
     refused(["merge", bad, shards / "s1", "--out", tmp_path / "all"], [f"{bad}/{name}", *named], bad, shards)
     assert not (tmp_path / "all").exists()
+
+
+@settings(max_examples=60, deadline=None, database=None, derandomize=True)
+@given(cut=st.integers(0, len(TELEMETRY) - 1), noise=st.binary(max_size=6), at=st.integers(0, len(TELEMETRY)))
+def test_generated_corrupt_telemetry_is_read_whole_or_refused_in_one_line(cut, noise, at):
+    """A telemetry.csv cut short, or with bytes put in anywhere: read back as valid rows, or one error."""
+    data = (TELEMETRY[:at] + noise + TELEMETRY[at:])[:len(TELEMETRY) + len(noise) - cut]
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "telemetry.csv").write_bytes(data)
+        try:
+            header, rows = read_telemetry(Path(tmp) / "telemetry.csv")
+        except AttnbenchError as exc:
+            TRIED.add(("telemetry.csv generated", repr(data)))
+            assert str(exc).startswith(f"{tmp}/telemetry.csv") and "\n" not in str(exc), str(exc)
+            return
+        numbers = [float(row[c]) for row in rows for c in header[:5]] + [int(row["reasons"], 16) for row in rows]
+        assert header == TELEMETRY.split(b"\n")[0].decode().split(",") and len(numbers) == 6 * len(rows)
 
 
 def agreement_with(run: Path, column: str, value: str | None) -> bytes:

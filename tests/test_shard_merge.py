@@ -154,3 +154,17 @@ def test_e2e_runs_merge_and_do_not_mix_with_kernel_runs(runs, tmp_path):
     assert len(pd.read_csv(tmp_path / "all" / "agreement.csv")) == 2
     line = error_line(invoke("merge", runs / "s0", tmp_path / "b1", "--out", tmp_path / "mixed"))
     assert "merge takes runs of one kind" in line
+
+
+def test_force_over_a_merged_run_keeps_what_attnbench_did_not_write(runs, tmp_path):
+    out = tmp_path / "all"
+    assert invoke("merge", runs / "s0", runs / "s1", "--out", out).exit_code == 0
+    mine = {out / "notes.txt": b"mine", out / "mine.png": b"png", out / "context-mine" / "x": b"x",
+            out / ".notes.txt.tmp": b"tmp"}
+    (out / "context-mine").mkdir()
+    for path, data in mine.items():
+        path.write_bytes(data)
+    result = invoke("merge", runs / "s0", runs / "s1", "--out", out, "--force")
+    assert result.exit_code == 0, result.output
+    assert {path: path.read_bytes() for path in mine} == mine
+    assert keys(out) == keys(runs / "full")
