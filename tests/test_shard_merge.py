@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -168,3 +169,16 @@ def test_force_over_a_merged_run_keeps_what_attnbench_did_not_write(runs, tmp_pa
     assert result.exit_code == 0, result.output
     assert {path: path.read_bytes() for path in mine} == mine
     assert keys(out) == keys(runs / "full")
+
+
+def test_a_torchrun_run_and_its_failed_rank_measured_as_a_shard_make_a_whole_split():
+    from attnbench.results.shards import check_split, shares_of, sweep_flags
+
+    ranks = [{"rank": 0, "status": "ok"}, {"rank": 1, "status": "error: OOM"}]
+    torchrun = shares_of(Path("tr"), {"command": "attnbench kernel --heads 32 --dim 128 --out tr",
+                                      "distributed": {"ranks": ranks}})
+    shard = shares_of(Path("s1"), {"command": "attnbench kernel --dim=128 --out s1 --shard 1/2 --heads 32 --force",
+                                   "shard": {"index": 1, "count": 2}})
+    assert check_split([torchrun, shard], partial=False) == {"shards": {"/2": [0, 1]}, "missing_shards": [],
+                                                             "complete": True}
+    assert sweep_flags("attnbench run s.toml --shard 0/2 --no-causal") == {"arguments": "run s.toml", "--no-causal": ""}
