@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from attnbench.e2e.rows import E2E_ROW_PARTS
-from attnbench.errors import UsageError
+from attnbench.errors import AttnbenchError, UsageError
 from attnbench.kernels.rows import RunColumns
 from attnbench.kernels.workload import LABEL, SweepPoint
 from attnbench.results.files import results_file
@@ -232,7 +232,10 @@ def load_env(results: str | Path, name: str = "") -> dict:
     path = results_file(results).with_name("env.json")
     if not os.path.lexists(path):
         return {}
-    return read_env(path, f"{name}: {path}" if name else str(path))
+    try:
+        return read_env(path, f"{name}: {path}" if name else str(path))
+    except AttnbenchError as exc:
+        raise AttnbenchError(f"{exc}; fix it or move it away to compare without environments") from None
 
 
 def _flatten(env: dict) -> dict:
