@@ -2,7 +2,9 @@
 (header and rows) and the mutations that break it, and a count of the distinct invalid inputs
 each test module tries (`-s` prints it).
 
-Used by tests/test_results_input*.py; the run directories they break come from results_fixtures.
+Used by tests/test_results_input*.py and tests/test_bad_input_readers.py (`refused`: one error line
+and every file under the given directories unchanged); the run directories they break come from
+results_fixtures.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import io
 from pathlib import Path
 
 import pytest
+from bad_input_cli import assert_one_error_line, invoke
 from hypothesis import settings
 
 NA_TEXT = {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
@@ -81,6 +84,18 @@ def write_bad(tmp_path: Path, data: bytes) -> Path:
     (tmp_path / "bad").mkdir(exist_ok=True)
     (tmp_path / "bad" / "results.csv").write_bytes(data)
     return tmp_path / "bad" / "results.csv"
+
+
+def snapshot(*roots: Path) -> dict[str, bytes]:
+    """Every file under the roots, by path: what a refused command must leave as it was."""
+    return {str(p): p.read_bytes() for root in roots for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def refused(args: list, named: list[str], *keep: Path) -> None:
+    """One error line holding every word of `named`, and every file under `keep` as it was."""
+    before = snapshot(*keep)
+    line = assert_one_error_line(invoke(*args))
+    assert all(word in line for word in named) and snapshot(*keep) == before, (named, line)
 
 
 def every_tool(cli, good: Path, bad: Path, tmp_path: Path):

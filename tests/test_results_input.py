@@ -74,6 +74,8 @@ CELLS = [  # (column, value) set in the first row, a timed one; the error line n
     ("samples_ms", "0.1 -0.2 0.3"), ("samples_ms", "0.1 inf"), ("samples", "many"), ("tflops", "lots"),
     ("num_tokens", "abc"), ("num_tokens", "bfloat16"), ("num_heads", ""), ("prefix_ratio", "inf"), ("seed", "1e999"),
     ("kind", "bogus"), ("kind", "[/bold]"), ("verdict", ""), ("verdict", "   "),
+    ("num_tokens", "8.5"), ("num_heads", "nan"), ("num_seqs", "many"), ("batch_tokens", "2.5"), ("replicates", "x"),
+    ("max_kv_len", "inf"),
 ]
 FILES += [(f"{column}={value!r}", set_cell(column, value), [column]) for column, value in CELLS]
 
@@ -106,7 +108,8 @@ E2E_FILES = [
     ("cut", cut(0.4), []), ("duplicate-row", lambda h, r: csv_bytes(h, [*r, r[-1]]), ["same configuration"]),
     *[(f"{c}={v!r}", set_cell(c, v), [c]) for c, v in [
         ("request_p50_s", "slow"), ("request_p50_s", "nan"), ("request_p50_s", "0"), ("request_p90_s", "1e-12"),
-        ("batch_size", "two"), ("input_len", "inf")]],
+        ("batch_size", "two"), ("input_len", "inf"), ("batch_size", "1.5"), ("iters", "thirty"), ("graphs", "0.5"),
+        ("run_p50_s", "soon")]],
 ]
 
 

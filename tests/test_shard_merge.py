@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -86,25 +87,30 @@ def test_shards_merged_hold_the_keys_of_the_unsharded_run(runs, tmp_path):
         assert (tmp_path / "all" / name).is_file()
     merged = json.loads((tmp_path / "all" / "env.json").read_text())["merged"]
     assert [i["shard"]["index"] for i in merged["inputs"]] == [0, 1] and merged["missing_shards"] == []
+    assert merged["complete"] is True
     assert "shard" not in json.loads((tmp_path / "all" / "env.json").read_text())
 
 
-def test_a_missing_shard_is_said(runs, tmp_path):
-    result = invoke("merge", runs / "s0", "--out", tmp_path / "part")
+def test_a_missing_shard_is_refused_and_said_with_partial(runs, tmp_path):
+    line = error_line(invoke("merge", runs / "s0", "--out", tmp_path / "part"))
+    assert "shard(s) 1/2 of the split are not among the inputs" in line and "--partial" in line
+    assert not (tmp_path / "part").exists()
+    result = invoke("merge", runs / "s0", "--out", tmp_path / "part", "--partial")
     assert result.exit_code == 0, result.output
-    assert "shard(s) 1/2 are not among the inputs" in " ".join(result.output.split())
-    assert json.loads((tmp_path / "part" / "env.json").read_text())["merged"]["missing_shards"] == ["1/2"]
+    assert "shard(s) 1/2 of the split are not among the inputs" in " ".join(result.output.split())
+    merged = json.loads((tmp_path / "part" / "env.json").read_text())["merged"]
+    assert merged["missing_shards"] == ["1/2"] and merged["complete"] is False
 
 
 def test_a_row_held_twice_identically_is_kept_once(runs, tmp_path):
-    shutil.copytree(runs / "s0", tmp_path / "copy")
-    result = invoke("merge", runs / "s0", tmp_path / "copy", runs / "s1", "--out", tmp_path / "all")
+    shutil.copytree(runs / "full", tmp_path / "copy")
+    result = invoke("merge", runs / "full", tmp_path / "copy", "--out", tmp_path / "all")
     assert result.exit_code == 0, result.output
     assert len(pd.read_csv(tmp_path / "all" / "results.csv")) == len(pd.read_csv(runs / "full" / "results.csv"))
 
 
 def test_two_different_rows_for_one_measurement_are_refused(runs, tmp_path):
-    line = error_line(invoke("merge", runs / "full", runs / "s1", "--out", tmp_path / "all"))
+    line = error_line(invoke("merge", runs / "full", runs / "s1", "--out", tmp_path / "all", "--partial"))
     assert "both hold" in line and "with different results" in line and str(runs / "s1") in line
     assert not (tmp_path / "all").exists()
 
@@ -149,3 +155,30 @@ def test_e2e_runs_merge_and_do_not_mix_with_kernel_runs(runs, tmp_path):
     assert len(pd.read_csv(tmp_path / "all" / "agreement.csv")) == 2
     line = error_line(invoke("merge", runs / "s0", tmp_path / "b1", "--out", tmp_path / "mixed"))
     assert "merge takes runs of one kind" in line
+
+
+def test_force_over_a_merged_run_keeps_what_attnbench_did_not_write(runs, tmp_path):
+    out = tmp_path / "all"
+    assert invoke("merge", runs / "s0", runs / "s1", "--out", out).exit_code == 0
+    mine = {out / "notes.txt": b"mine", out / "mine.png": b"png", out / "context-mine" / "x": b"x",
+            out / ".notes.txt.tmp": b"tmp"}
+    (out / "context-mine").mkdir()
+    for path, data in mine.items():
+        path.write_bytes(data)
+    result = invoke("merge", runs / "s0", runs / "s1", "--out", out, "--force")
+    assert result.exit_code == 0, result.output
+    assert {path: path.read_bytes() for path in mine} == mine
+    assert keys(out) == keys(runs / "full")
+
+
+def test_a_torchrun_run_and_its_failed_rank_measured_as_a_shard_make_a_whole_split():
+    from attnbench.results.shards import check_split, shares_of, sweep_flags
+
+    ranks = [{"rank": 0, "status": "ok"}, {"rank": 1, "status": "error: OOM"}]
+    torchrun = shares_of(Path("tr"), {"command": "attnbench kernel --heads 32 --dim 128 --out tr",
+                                      "distributed": {"ranks": ranks}})
+    shard = shares_of(Path("s1"), {"command": "attnbench kernel --dim=128 --out s1 --shard 1/2 --heads 32 --force",
+                                   "shard": {"index": 1, "count": 2}})
+    assert check_split([torchrun, shard], partial=False) == {"shards": {"/2": [0, 1]}, "missing_shards": [],
+                                                             "complete": True}
+    assert sweep_flags("attnbench run s.toml --shard 0/2 --no-causal") == {"arguments": "run s.toml", "--no-causal": ""}

@@ -13,7 +13,6 @@ re-capture, so it includes what differs between runs. Else (older runs, --replic
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -29,6 +28,7 @@ from attnbench.results.files import results_file
 from attnbench.results.read import KERNEL, MEASURED, ResultKind, canonical
 from attnbench.results.replicates import CONFIDENCE, MIN_REPLICATES, parse_times, welch_log_ratio
 from attnbench.results.verdicts import CPU_NO_VERDICT, VERDICTS, classify, on_cpu, supported
+from attnbench.results.schema import read_env
 
 RESAMPLES = 1000
 MIN_SAMPLES = 5  # below this a bootstrap median takes a handful of values: use the p10..p90 spread
@@ -232,15 +232,10 @@ def load_env(results: str | Path, name: str = "") -> dict:
     path = results_file(results).with_name("env.json")
     if not os.path.lexists(path):
         return {}
-    where = f"{name}: {path}" if name else str(path)
     try:
-        env = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise AttnbenchError(f"{where} is not a readable JSON file ({str(exc) or type(exc).__name__}); "
-                             "fix it or move it away to compare without environments") from None
-    if not isinstance(env, dict):
-        raise AttnbenchError(f"{where} holds JSON {type(env).__name__}, not an object of environment entries")
-    return env
+        return read_env(path, f"{name}: {path}" if name else str(path))
+    except AttnbenchError as exc:
+        raise AttnbenchError(f"{exc}; fix it or move it away to compare without environments") from None
 
 
 def _flatten(env: dict) -> dict:

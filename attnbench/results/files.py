@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from attnbench.e2e.rows import E2EPoint
 from attnbench.errors import AttnbenchError
 from attnbench.kernels import rows
 from attnbench.kernels.workload import KEY, OLDER_FILES, SweepPoint
 from attnbench.results.notes import summary_notes
 from attnbench.results.atomic import replace_atomic, write_text_atomic
+from attnbench.results.schema import cell_problem, column_types
 from attnbench.results.tables import markdown_table, md_lines, seed_table
 
 # every column list is read off the row dataclasses (kernels/rows.py): a new field is a new column
@@ -192,9 +194,10 @@ def _csv_text(path: Path) -> str:
     # a long sampling budget makes samples_ms cells longer than the csv module's default limit
     csv.field_size_limit(max(csv.field_size_limit(), len(text)))
     try:
-        header, *rows = csv.reader(io.StringIO(text))
+        header, *rows = csv.reader(io.StringIO(text), strict=True)  # strict: a quote left open is an error
     except csv.Error as exc:
-        raise AttnbenchError(f"{path} is not a readable CSV file ({exc})") from None
+        opened = ": a quoted field is never closed" if "end of data" in str(exc) else ""
+        raise AttnbenchError(f"{path} is not a readable CSV file ({exc}{opened})") from None
     repeated = sorted({name for name in header if header.count(name) > 1})
     if repeated:
         raise AttnbenchError(f"{path}: column {repeated[0]} appears more than once in the header")
@@ -205,6 +208,41 @@ def _csv_text(path: Path) -> str:
     if rows and not text.endswith(("\n", "\r")):
         raise AttnbenchError(f"{path} ends mid-row (no line end after the last row): the file was cut short")
     return text
+
+
+def read_table(path: Path, types: dict[str, type], required: tuple[str, ...] = ()) -> tuple[list[str], list[dict]]:
+    """A CSV file a run measured beside results.csv (agreement.csv, telemetry.csv): its header and
+    rows as text, once it is a whole CSV table with the `required` columns and every cell of a
+    column in `types` is empty or of that type; else AttnbenchError naming the file, row and column."""
+    reader = csv.DictReader(io.StringIO(_csv_text(path)), strict=True)
+    header, table = list(reader.fieldnames or []), list(reader)
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise AttnbenchError(f"{path} lacks column(s) {', '.join(missing)}")
+    for number, row in enumerate(table, 1):
+        for column in (c for c in header if c in types):
+            problem = "is empty" if column in required and not row[column].strip() else \
+                cell_problem(row[column], types[column])
+            if problem:
+                raise AttnbenchError(f"{path} row {number}: {column} {problem}")
+    return header, table
+
+
+def agreement_types() -> dict[str, type]:
+    """agreement.csv's columns: the point, the two runs compared and what their tokens agreed on."""
+    from attnbench.e2e.agreement import Agreement  # torch: imported where an e2e run is read
+
+    return column_types(E2EPoint, Agreement, backend=str, reference=str, run=str)
+
+
+def read_agreement_table(path: Path) -> tuple[list[str], list[dict]]:
+    """An e2e run's agreement.csv: header and rows, as text."""
+    return read_table(path, agreement_types(), required=(*rows.names(E2EPoint), "backend", "verdict"))
+
+
+def read_agreements(path: Path) -> list[dict]:
+    """An e2e run's agreement.csv rows, as text (none when there is no such file)."""
+    return read_agreement_table(path)[1] if os.path.lexists(path) else []
 
 
 def write_env(out_dir: Path, env: dict) -> None:

@@ -7,39 +7,43 @@ their results.csv (nothing is re-formatted), so a merged run reads like one that
 Refused with one line naming the directory: an input that is not a run directory (results.csv
 and env.json), one given twice, a kernel sweep beside an e2e run, runs measured with another
 GPU, attnbench, torch or kernel library (unless allow_mixed: the merged env.json then lists what
-differed), and two rows with one key but different results. A row that two inputs hold
-identically (one shard in two runs) is kept once. The merged env.json is the first input's,
-with `merged` listing every input (its shard or ranks) and the shards of a split that are absent.
+differed), shards that are not one whole split of one sweep (unless partial: results/shards.py),
+and two rows with one key but different results. A row that two inputs hold identically is kept
+once. The merged env.json is the first input's, with `merged` listing every input (its shard or
+ranks), the shards of the split it holds and lacks, and whether the split is complete.
 """
 
 from __future__ import annotations
 
 import copy
-import csv
-import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnbench.errors import AttnbenchError
-from attnbench.results.compare import load_env
 from attnbench.results.env import RESUME_MUST_MATCH, env_value
+from attnbench.results.files import read_agreement_table, read_table
 from attnbench.results.read import ResultKind, canonical, load_run, row_default
+from attnbench.results.schema import read_env
+from attnbench.results.shards import check_split, shares_of
+from attnbench.results.telemetry import read_telemetry
 
 MUST_MATCH = {"kernel": RESUME_MUST_MATCH, "e2e": (*RESUME_MUST_MATCH, "e2e.model_args")}
 RUN_ONLY = ("shard", "distributed", "devices")  # env.json entries that describe one input, not the merge
-EXTRA_TABLES = ("agreement.csv", "telemetry.csv")  # measured beside results.csv: merged the same way
+# measured beside results.csv, merged the same way: their readers
+EXTRA_TABLES = {"agreement.csv": read_agreement_table, "telemetry.csv": read_telemetry}
 
 
 @dataclass
 class MergeInput:
-    """One input: its env.json, and its results.csv as text rows."""
+    """One input: its env.json, and its results.csv (and the tables beside it) as text rows."""
 
     path: Path
     kind: ResultKind
     env: dict
     header: list[str]
     rows: list[dict]
+    tables: dict[str, tuple[list[str], list[dict]]]  # agreement.csv, telemetry.csv: header and rows
 
 
 @dataclass
@@ -52,14 +56,6 @@ class Merged:
     notes: list[str] = field(default_factory=list)
 
 
-def read_table(path: Path) -> tuple[list[str], list[dict]]:
-    """A CSV file's header and rows, as text."""
-    text = path.read_text(encoding="utf-8-sig")
-    csv.field_size_limit(max(csv.field_size_limit(), len(text)))  # long samples_ms cells
-    reader = csv.DictReader(io.StringIO(text))
-    return list(reader.fieldnames or []), list(reader)
-
-
 def read_run_dir(path: Path) -> MergeInput:
     """A run directory, checked as compare and export check it; AttnbenchError naming it if it is not one."""
     if not os.path.isdir(path):
@@ -69,12 +65,11 @@ def read_run_dir(path: Path) -> MergeInput:
         if not os.path.isfile(path / name):
             raise AttnbenchError(f"{path} is not a run directory: it holds no {name}")
     run = load_run(path, str(path))  # every check of a results file: kind, columns, numbers, one row per key
-    env = load_env(path, str(path))
-    try:
-        header, rows = read_table(path / "results.csv")
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise AttnbenchError(f"{path}/results.csv is unreadable ({exc})") from None
-    return MergeInput(path, run.kind, env, header, rows)
+    env = read_env(path / "env.json")
+    header, rows = read_table(path / "results.csv", {})  # as text: the checks above have passed
+    tables = {name: read(path / name) for name, read in EXTRA_TABLES.items()
+              if os.path.lexists(path / name)}
+    return MergeInput(path, run.kind, env, header, rows, tables)
 
 
 def check_same_setup(runs: list[MergeInput], allow_mixed: bool) -> dict[str, dict[str, object]]:
@@ -124,7 +119,7 @@ def union_rows(sources: list[tuple[Path, list[str], list[dict]]], key, describe=
     return header, rows, dropped
 
 
-def merge_runs(runs: list[MergeInput], allow_mixed: bool, command: str) -> Merged:
+def merge_runs(runs: list[MergeInput], allow_mixed: bool, partial: bool, command: str) -> Merged:
     real = [os.path.realpath(run.path) for run in runs]
     for i, path in enumerate(real):
         if path in real[:i]:
@@ -135,9 +130,10 @@ def merge_runs(runs: list[MergeInput], allow_mixed: bool, command: str) -> Merge
             raise AttnbenchError(f"{runs[0].path} is {kind.describe()} and {run.path} {run.kind.describe()}: "
                                  "merge takes runs of one kind")
     mixed = check_same_setup(runs, allow_mixed)
+    split = check_split([shares_of(run.path, run.env) for run in runs], partial)
     header, rows, dropped = union_rows([(r.path, r.header, r.rows) for r in runs], lambda row: row_key(row, kind),
                                        lambda row: describe_key(row, kind))
-    merged = Merged(kind, merged_env(runs, command, mixed, dropped), header, rows)
+    merged = Merged(kind, merged_env(runs, command, mixed, split, dropped), header, rows)
     for name in EXTRA_TABLES:
         merged.tables[name] = extra_table(runs, name)
     merged.notes = notes(merged.env["merged"], dropped)
@@ -146,12 +142,12 @@ def merge_runs(runs: list[MergeInput], allow_mixed: bool, command: str) -> Merge
 
 def extra_table(runs: list[MergeInput], name: str) -> tuple[list[str], list[dict]]:
     """agreement.csv (e2e) or telemetry.csv: every input's rows, identical rows once."""
-    sources = [(run.path, *read_table(run.path / name)) for run in runs if os.path.isfile(run.path / name)]
+    sources = [(run.path, *run.tables[name]) for run in runs if name in run.tables]
     header, rows, _ = union_rows(sources, key=lambda row: tuple(row.values()))
     return header, rows
 
 
-def merged_env(runs: list[MergeInput], command: str, mixed: dict, dropped: int) -> dict:
+def merged_env(runs: list[MergeInput], command: str, mixed: dict, split: dict, dropped: int) -> dict:
     env = {k: v for k, v in copy.deepcopy(runs[0].env).items() if k not in RUN_ONLY}
     env["command"] = command
     inputs = []
@@ -162,34 +158,17 @@ def merged_env(runs: list[MergeInput], command: str, mixed: dict, dropped: int) 
         entry.update({k: run.env[k] for k in RUN_ONLY if k in run.env})
         inputs.append(entry)
     env["merged"] = {"inputs": inputs, "identical_rows_dropped": dropped, **({"mixed": mixed} if mixed else {}),
-                     **shard_coverage(runs)}
+                     **split}
     return env
-
-
-def shard_coverage(runs: list[MergeInput]) -> dict:
-    """Which shards of a split the inputs hold (torchrun ranks that finished count as their shard)."""
-    held: dict[int, set[int]] = {}
-    for run in runs:
-        shard = run.env.get("shard")
-        if isinstance(shard, dict):
-            held.setdefault(shard["count"], set()).add(shard["index"])
-        ranks = (run.env.get("distributed") or {}).get("ranks", [])
-        for rank in ranks:
-            if rank.get("status") == "ok":
-                held.setdefault(len(ranks), set()).add(rank["rank"])
-    if not held:
-        return {}
-    return {"shards": {f"/{n}": sorted(held[n]) for n in sorted(held)},
-            "missing_shards": [f"{i}/{n}" for n in sorted(held) for i in range(n) if i not in held[n]]}
 
 
 def notes(merged: dict, dropped: int) -> list[str]:
     lines = []
-    if merged.get("missing_shards"):
-        lines.append(f"shard(s) {', '.join(merged['missing_shards'])} are not among the inputs: their points are "
-                     "missing from the merged run")
-    if len(merged.get("shards", {})) > 1:
-        lines.append(f"the inputs are shards of different splits ({', '.join(merged['shards'])})")
+    if merged.get("partial"):
+        missing = merged["missing_shards"]
+        absent = f"; shard(s) {', '.join(missing)} are not among the inputs" if missing and \
+            "not among" not in merged["partial"] else ""
+        lines.append(f"--partial: {merged['partial']}{absent}; env.json records the split as not complete")
     if dropped:
         lines.append(f"{dropped} row(s) held identically by two inputs were kept once")
     if merged.get("mixed"):

@@ -18,8 +18,10 @@ import pandas as pd
 
 from attnbench.e2e.rows import E2E_ADDED_KEYS, E2E_KEY, E2E_ROW_PARTS
 from attnbench.errors import AttnbenchError
+from attnbench.kernels import rows
 from attnbench.kernels.workload import KINDS, SweepPoint
 from attnbench.results.files import KEY_COLUMNS, PART_COLUMNS, load_results, results_file
+from attnbench.results.schema import column_types
 
 MEASURED = ("pass", "fail")  # the verdicts of rows that were timed
 
@@ -38,6 +40,7 @@ class ResultKind:
     optional: tuple[str, ...]     # columns the tools read that an older or trimmed file may lack
     markers: tuple[str, ...]      # columns only this kind of file has
     defaults: tuple[tuple[str, object], ...] = ()  # key columns older files lack, and the value they meant
+    types: tuple[tuple[str, type], ...] = ()  # every column's type, off the row dataclasses: int, float or str
 
     def describe(self) -> str:
         return "a kernel sweep (attnbench kernel / run)" if self.name == "kernel" else "an e2e run (attnbench e2e)"
@@ -53,7 +56,8 @@ KERNEL = ResultKind(
     numbers=("median_ms", "p10_ms", "p90_ms", "samples", "tflops", "gbps", *PART_COLUMNS),
     optional=("p10_ms", "p90_ms", "samples", "samples_ms", "tflops", "gbps", "gpu", "library", "library_version",
               "reason"),
-    markers=("kind", "median_ms"))  # files.load_results adds key columns older files lack
+    markers=("kind", "median_ms"),  # files.load_results adds key columns older files lack
+    types=tuple(column_types(*rows.ROW_PARTS).items()))
 E2E = ResultKind(
     "e2e", E2E_KEY, "request_p50_s", "s", ("", "request_p90_s"),
     key_numbers=tuple(f.name for part in E2E_ROW_PARTS for f in fields(part) if f.name in E2E_KEY and _is_number(f)),
@@ -61,7 +65,8 @@ E2E = ResultKind(
     optional=("request_p90_s", "request_p99_s", "output_tok_s", "agreement", "gpu", "library", "library_version",
               "reason"),
     markers=("input_len", "request_p50_s"),
-    defaults=E2E_ADDED_KEYS)  # e2e/rows.py: what files from before --tp and --cudagraph meant
+    defaults=E2E_ADDED_KEYS,  # e2e/rows.py: what files from before --tp and --cudagraph meant
+    types=tuple(column_types(*E2E_ROW_PARTS).items()))
 RESULT_KINDS = (KERNEL, E2E)
 
 
@@ -126,6 +131,7 @@ def checked(df: pd.DataFrame, kind: ResultKind, source: Path) -> pd.DataFrame:
     df = df.reset_index(drop=True).assign(**{c: np.nan for c in kind.optional if c not in df.columns})
     for column in (c for c in (*kind.key_numbers, *kind.numbers) if c in df.columns):
         df[column] = _numbers(df, column, source, required=column in kind.key_numbers)
+    _check_types(df, kind, source)
     verdict = df["verdict"]
     blank = verdict.isna() | (verdict.astype(str).str.strip() == "")
     if blank.any():
@@ -166,6 +172,18 @@ def _numbers(df: pd.DataFrame, column: str, source: Path, required: bool) -> pd.
         raise AttnbenchError(f"{source} row {_row(values.isna())}: {column} is empty; every row needs it")
     # numbers stay as read (an int column stays int, so labels read N=100, not N=100.0)
     return raw if pd.api.types.is_numeric_dtype(raw) else pd.to_numeric(raw, errors="coerce")
+
+
+def _check_types(df: pd.DataFrame, kind: ResultKind, source: Path) -> None:
+    """Every column the row dataclasses type as a number: empty or a finite number, and whole where an int."""
+    for column, type_ in kind.types:
+        if type_ not in (int, float) or column not in df.columns:
+            continue
+        values = pd.to_numeric(_numbers(df, column, source, required=False), errors="coerce")
+        fraction = values.notna() & (values % 1 != 0)
+        if type_ is int and fraction.any():
+            raise AttnbenchError(f"{source} row {_row(fraction)}: {column} {values[fraction].iloc[0]} is not an "
+                                 "integer")
 
 
 def _check_times(timed: pd.DataFrame, kind: ResultKind, source: Path) -> None:

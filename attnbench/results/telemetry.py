@@ -32,6 +32,8 @@ from typing import Iterator
 
 from attnbench.kernels.rows import Clocks
 from attnbench.results.atomic import write_text_atomic
+from attnbench.results.files import read_table
+from attnbench.results.schema import HexInt, column_types
 
 INTERVAL_S = 0.25
 # NVML's clock event (throttle) reasons that slow a running kernel; idle, application clocks and
@@ -51,6 +53,15 @@ class Sample:
     temp_c: float
     power_w: float
     reasons: int
+
+
+# telemetry.csv's columns (Sampler.write): a Sample's fields, the reasons in hex, and the source
+TELEMETRY_TYPES = column_types(Sample, reasons=HexInt, source=str)
+
+
+def read_telemetry(path: Path) -> tuple[list[str], list[dict]]:
+    """A run's telemetry.csv, header and rows as text, once every column holds what Sampler.write writes."""
+    return read_table(path, TELEMETRY_TYPES, required=tuple(TELEMETRY_TYPES))
 
 
 def _number(text: str) -> float:

@@ -32,7 +32,7 @@ from attnbench.e2e.modes import GraphChoice, GraphMode, choose_graphs, cudagraph
 from attnbench.e2e.model import ModelArgs, fused
 from attnbench.e2e.parallel import TensorParallel, agree, check_tp, describe, from_leader, rank_args, tensor_parallel
 from attnbench.e2e.runner import GiB, ModelSpec, attention_point, check_fits, resolve_model, run_point
-from attnbench.errors import UsageError
+from attnbench.errors import AttnbenchError, UsageError
 from attnbench.interrupts import SignalReceived, interrupted, signals_raise
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.inputs import torch_dtype
@@ -43,6 +43,7 @@ from attnbench.e2e.rows import E2E_POINT, E2EPoint, E2ERun
 from attnbench.kernels.rows import cells
 from attnbench.results.e2e_report import write_e2e_outputs
 from attnbench.results.env import collect, env_value
+from attnbench.results.files import read_agreements
 from attnbench.results.profiling import write_report
 from attnbench.runs.e2e_plan import Eta, duration, plan_line
 from attnbench.runs.resume import check_foreign, check_resume, sweep_record
@@ -62,10 +63,11 @@ def save_table(rows: list[dict], path: Path) -> None:
 
 
 def previous_agreements(out_dir: Path) -> list[dict]:
-    path = out_dir / "agreement.csv"
-    if not path.exists():
-        return []
-    return pd.read_csv(path, dtype=str, keep_default_na=False).to_dict("records")
+    """The agreement rows of the run being resumed, checked as every reader checks them."""
+    try:
+        return read_agreements(out_dir / "agreement.csv")
+    except AttnbenchError as exc:
+        raise UsageError(f"--resume: {exc}") from None
 
 
 def fused_status(rows: list[dict]) -> str:

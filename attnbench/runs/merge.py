@@ -24,19 +24,17 @@ from attnbench.runs.kernel import write_kernel_outputs
 from attnbench.runs.rundir import LOCK, RunDir
 
 
-def run_merge(runs: list[Path], out: Path, allow_mixed: bool, force: bool, command: str, console: Console) -> Path:
+def run_merge(runs: list[Path], out: Path, allow_mixed: bool, partial: bool, force: bool, command: str,
+              console: Console) -> Path:
     """Merge the run directories `runs` into `out`; refused before anything is written if it cannot be."""
     inputs = [read_run_dir(path) for path in runs]
-    real_out = os.path.realpath(out)
-    for run in inputs:
-        if os.path.realpath(run.path) == real_out:
-            raise UsageError(f"--out: {out} is one of the runs being merged; choose a new directory")
-    merged = merge_runs(inputs, allow_mixed, command)
+    check_out_apart(out, runs)
     held = sorted(p.name for p in out.iterdir() if p.name != LOCK) if out.is_dir() and not force else []
     if held:
         raise UsageError(f"--out: {out} is not empty (it holds {held[0]}"
                          f"{f' and {len(held) - 1} more' if len(held) > 1 else ''}); choose a new directory "
                          "or --force over it")
+    merged = merge_runs(inputs, allow_mixed, partial, command)
     run = RunDir.prepare(out, force=force)
     with run.locked():
         write_merged(merged, run)
@@ -46,6 +44,18 @@ def run_merge(runs: list[Path], out: Path, allow_mixed: bool, force: bool, comma
         write = write_kernel_outputs if merged.kind.name == "kernel" else write_e2e_outputs
         write(run.path, merged.env, console)
     return run.path
+
+
+def check_out_apart(out: Path, runs: list[Path]) -> None:
+    """--out may not be an input or hold one, even with --force: what --force clears there would be the inputs."""
+    outs = {Path(os.path.realpath(out)), Path(os.path.abspath(out))}
+    for path in runs:
+        places = {Path(os.path.realpath(path)), Path(os.path.abspath(path))}  # through a link, and as written
+        if places & outs:
+            raise UsageError(f"--out: {out} is one of the runs being merged; choose a new directory")
+        if outs & {parent for place in places for parent in place.parents}:
+            raise UsageError(f"--out: {out} holds {path}, one of the runs being merged; choose a directory "
+                             "outside the inputs")
 
 
 def table_text(header: list[str], rows: list[dict]) -> str:

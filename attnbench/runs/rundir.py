@@ -20,7 +20,6 @@ mode]) this run needs (ResumeKey, one implementation for the kernel and e2e jobs
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shutil
@@ -33,6 +32,7 @@ from attnbench.errors import AttnbenchError, UsageError
 from attnbench.results import files
 from attnbench.results.atomic import write_text_atomic
 from attnbench.results.env import RESUME_MUST_MATCH, env_value
+from attnbench.results.schema import read_env
 
 LOCK = ".attnbench.lock"
 RECORD = ".attnbench-files.json"
@@ -266,13 +266,11 @@ class RunDir:
         return files.RowWriter(self.path, keep=keep)
 
     def read_env(self) -> dict:
+        """env.json, checked as every reader checks it (results/schema.py)."""
         try:
-            env = json.loads((self.path / "env.json").read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UsageError(f"--resume: {self.path}/env.json is unreadable ({exc})") from None
-        if not isinstance(env, dict):
-            raise UsageError(f"--resume: {self.path}/env.json is not a JSON object")
-        return env
+            return read_env(self.path / "env.json")
+        except AttnbenchError as exc:
+            raise UsageError(f"--resume: {exc}") from None
 
     def check_resumable(self, old_env: dict, new_env: dict) -> None:
         """Refuse to add rows measured on another GPU or with other library versions."""
@@ -283,12 +281,12 @@ class RunDir:
                                  "start a new directory instead")
 
     def read_rows(self) -> list[dict]:
-        """The rows of an earlier run's results.csv, as strings."""
+        """The rows of an earlier run's results.csv, as strings, once it reads as a whole CSV table
+        (files.read_table: UTF-8, no NUL, one field count, no quote left open, not cut short)."""
         try:
-            with (self.path / "results.csv").open(newline="") as f:
-                return list(csv.DictReader(f))
-        except (OSError, UnicodeDecodeError, csv.Error) as exc:
-            raise UsageError(f"--resume: {self.path}/results.csv is unreadable ({exc})") from None
+            return files.read_table(self.path / "results.csv", {})[1]
+        except AttnbenchError as exc:
+            raise UsageError(f"--resume: {exc}") from None
 
 
 def _pid_alive(pid: int) -> bool:
