@@ -150,7 +150,7 @@ def test_a_damaged_sweep_record_is_refused(copy, record):
 def test_an_e2e_env_with_wrong_types_is_refused(copy):
     out = copy("e2e")
     edit_env(out, sweep=None, e2e="not a table")
-    refused(out, [*E2E_RUN, "--resume", out], named="another model")
+    refused(out, [*E2E_RUN, "--resume", out], named="env.json: e2e is the string")
 
 
 def test_duplicated_rows_are_refused_not_kept(copy):
@@ -184,8 +184,8 @@ def test_a_directory_where_resume_expects_a_file_is_refused(copy, name):
 
 
 @pytest.mark.parametrize("spoil, named", [
-    (lambda out: (out / "env.json").write_text("[1, 2]"), "not a JSON object"),
-    (lambda out: (out / "env.json").write_bytes(b"\xff\x00{"), "env.json is unreadable"),
+    (lambda out: (out / "env.json").write_text("[1, 2]"), "env.json holds JSON list, not an object"),
+    (lambda out: (out / "env.json").write_bytes(b"\xff\x00{"), "env.json is not a readable JSON file"),
     (lambda out: ((out / "results.csv").rename(out.parent / "elsewhere.csv"),
                   (out / "results.csv").symlink_to(out.parent / "elsewhere.csv")), "results.csv"),
 ], ids=["env-list", "env-binary", "results-link"])
