@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnbench.results.e2e_report import e2e_markdown, e2e_table, plot_e2e
+from attnbench.results.e2e_plots import plot_e2e
+from attnbench.results.e2e_report import e2e_markdown, e2e_table
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.kernels.workload import KIND_SETTINGS
 from attnbench.results.compare import row_label
 from attnbench.results.files import COLUMNS, KEY_COLUMNS
-from attnbench.results.tables import markdown_table, seed_table
+from attnbench.results.tables import markdown_table, ratio_clause, seed_table
 from attnbench.results.plots import plot_runs
 from attnbench.results.read import E2E, KERNEL, MEASURED, ResultKind, Run, canonical
 
@@ -55,14 +56,13 @@ def seed_tables(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 def plot_results(runs: list[tuple[str, pd.DataFrame]], out_dir: Path, kind: ResultKind = KERNEL) -> list[Path]:
     """plot_runs over several runs, each split by setting so no two settings share a line; e2e runs
-    with plot_e2e, each run's label before its backend."""
+    with plot_e2e, each run's label in a `run` column."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise AttnbenchError(f"cannot write plots into {out_dir}: it is a file, not a directory")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         if kind is E2E:
-            return plot_e2e(pd.concat([df.assign(backend=[f"{label} {b}".strip() for b in df["backend"]])
-                                       for label, df in runs], ignore_index=True), out_dir)
+            return plot_e2e(pd.concat([df.assign(run=label) for label, df in runs], ignore_index=True), out_dir)
         split = [(" ".join(p for p in (label, setting) if p), rows)
                  for label, df in runs for setting, rows in by_setting(df)]
         return plot_runs(split, out_dir)
@@ -128,10 +128,10 @@ def to_markdown(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
     gpu = ", ".join(sorted(set(df["gpu"].dropna().astype(str))))
     libraries = ", ".join(sorted({f"{b} ({lib} {v})" for b, lib, v in
                                   df[["backend", "library", "library_version"]].dropna().itertuples(index=False)}))
+    meaning = ratio_clause(df["strategy"].dropna().unique())
     if kind is E2E:
-        return (f"**{gpu}**: {libraries}; p50 request latency, s; <strategy> / unified > 1 means unified is faster\n\n"
-                + e2e_markdown(e2e_table(df)))
-    lines = [f"**{gpu}**: {libraries}; median ms; <strategy> / unified > 1 means unified is faster", ""]
+        return f"**{gpu}**: {libraries}; p50 request latency, s{meaning}\n\n" + e2e_markdown(e2e_table(df))
+    lines = [f"**{gpu}**: {libraries}; median ms{meaning}", ""]
     for label, table in seed_tables(df):
         if label:
             lines += [f"#### {label}", ""]

@@ -1,0 +1,85 @@
+"""PNG plots from e2e result rows: request latency vs batch size, and each strategy / unified.
+
+One panel per (input, output) length pair. Overlaid runs (`attnbench plot A B`) carry a `run`
+column with their label. Titles, legend, ticks and the ratio axis are figures.py's, as for the
+kernel plots, so both kinds of picture say the same things about themselves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from attnbench.results.e2e_report import e2e_table
+from attnbench.results.figures import (Palette, backend_name, finish, line_label, oracle_backends, panels,
+                                       ratio_y, settings_text, swept_x, title)
+from attnbench.results.tables import LINESTYLES, format_params, ratio_names
+
+SETTINGS = [("model", ""), ("params", ""), ("dtype", ""), ("mode", ""), ("chunk_size", "chunked prefill"),
+            ("block_size", "block size"), ("iters", "measured runs per row:")]
+BATCH = "batch size (concurrent requests)"
+
+
+def _measured(df: pd.DataFrame) -> pd.DataFrame:
+    rows = df[df["verdict"].isin(["pass", "fail"])]
+    rows = rows.assign(run=rows["run"] if "run" in rows else "")
+    params = rows["params_b"].map(format_params) if "params_b" in rows else None
+    chunks = rows["chunk_size"].where(rows["chunk_size"] > 0) if "chunk_size" in rows else None
+    return rows.assign(**{k: v for k, v in (("params", params), ("chunk_size", chunks)) if v is not None})
+
+
+def plot_e2e(df: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """e2e_latency.png and e2e_ratio.png (when a run has unified and another strategy); returns the files."""
+    measured = _measured(df)
+    pairs = sorted(set(zip(measured["input_len"], measured["output_len"])))
+    if not pairs:
+        return []
+    oracles = oracle_backends()
+    heading = settings_text(measured, SETTINGS)
+    written = [_latency_figure(measured, pairs, oracles, heading, out_dir / "e2e_latency.png")]
+    ratios = pd.concat([e2e_table(rows).assign(run=run) for run, rows in measured.groupby("run", sort=False)],
+                       ignore_index=True)
+    columns = [c for c in ratios.columns if c.endswith(" / unified")]
+    if columns:
+        written.append(_ratio_figure(measured, ratios, columns, pairs, oracles, heading, out_dir / "e2e_ratio.png"))
+    return written
+
+
+def _pair_axis(ax, pair, sizes) -> None:
+    ax.set_title(f"input {pair[0]} / output {pair[1]} tokens", fontsize=10)
+    swept_x(ax, sizes, BATCH, base=2)
+
+
+def _latency_figure(measured, pairs, oracles, heading, path: Path) -> Path:
+    fig, axes = panels(len(pairs))
+    color = Palette()
+    for ax, pair in zip(axes, pairs):
+        sel = measured[(measured["input_len"] == pair[0]) & (measured["output_len"] == pair[1])]
+        for (run, backend, strategy, mode), g in sel.groupby(["run", "backend", "strategy", "mode"]):
+            g = g.sort_values("batch_size")
+            line = line_label(run, backend_name(backend, oracles), mode)
+            ax.errorbar(g["batch_size"], g["request_p50_s"], yerr=[0 * g["request_p50_s"],
+                        g["request_p90_s"] - g["request_p50_s"]], marker="o", capsize=2, color=color(line),
+                        linestyle=LINESTYLES.get(strategy, ":"), label=line_label(line, strategy))
+        ax.set_ylabel("p50 request latency, s (bar: p90)")
+        _pair_axis(ax, pair, sel["batch_size"])
+    return finish(fig, axes, title("e2e request latency", measured, heading), path)
+
+
+def _ratio_figure(measured, ratios, columns, pairs, oracles, heading, path: Path) -> Path:
+    fig, axes = panels(len(pairs))
+    color = Palette()
+    for ax, pair in zip(axes, pairs):
+        sel = ratios[(ratios["input len"] == pair[0]) & (ratios["output len"] == pair[1])]
+        for column in columns:
+            strategy = column.split(" / ")[0]
+            for (run, backend, mode), g in sel.dropna(subset=[column]).groupby(["run", "backend", "mode"]):
+                line = line_label(run, backend_name(backend, oracles), mode)
+                ax.plot(g["batch size"], g[column], marker="o", linestyle=LINESTYLES.get(strategy, ":"),
+                        color=color(line), label=f"{line}: {column}")
+        ratio_y(ax, sel[columns].stack(), label=f"{ratio_names(measured['strategy'].unique())} "
+                                                "(> 1: unified faster)")
+        _pair_axis(ax, pair, sel["batch size"])
+    what = f"e2e {ratio_names(measured['strategy'].unique())} of p50 request latency"
+    return finish(fig, axes, title(what, measured, heading, "no interval: one p50 per row"), path)
