@@ -147,12 +147,18 @@ def to_csv(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
 FORMATS = {"gab": to_gab, "md": to_markdown, "csv": to_csv}
 
 
-def write_output(path: Path, text: str, flag: str, inputs: list[Run]) -> None:
-    """Write a tool's output file; refuse a path that is one of the runs it was made from."""
+def refuse_an_input(path: Path, flag: str, inputs: list[Run]) -> None:
+    """Refuse an output path that is one of the runs being read: a results file, its env.json, or
+    the run's directory (plots written there would replace that run's own pictures)."""
     sources = {os.path.realpath(run.source.parent / name) for run in inputs
-               for name in (run.source.name, "results.csv", "results.parquet", "env.json")}
+               for name in (run.source.name, "results.csv", "results.parquet", "env.json", "")}
     if os.path.realpath(path) in sources:
         raise UsageError(f"{flag}: {path} is part of the results being read; writing it would overwrite them")
+
+
+def write_output(path: Path, text: str, flag: str, inputs: list[Run]) -> None:
+    """Write a tool's output file; refuse a path that is one of the runs it was made from."""
+    refuse_an_input(path, flag, inputs)
     if os.path.isdir(path):
         raise UsageError(f"{flag}: {path} is a directory; give a file path")
     try:
