@@ -150,7 +150,8 @@ def test_e2e_results_export_and_plot(e2e_run, tmp_path, cli, monkeypatch):
     assert cli("plot", e2e_run, "--out", tmp_path / "one").exit_code == 0
     assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["e2e_latency.png", "e2e_ratio.png"]
     seen = []
-    monkeypatch.setattr(export, "plot_e2e", lambda rows, out: seen.extend(sorted(set(rows["backend"]))) or [out])
+    monkeypatch.setattr(export, "plot_e2e",
+                        lambda rows, out: seen.extend(sorted(set(rows["run"] + " " + rows["backend"]))) or [out])
     assert cli("plot", e2e_run, e2e_run / "results.csv", "--label", "a", "--label", "b",
                "--out", tmp_path / "two").exit_code == 0
     assert seen == ["a reference", "b reference"]  # each run's lines under its own label

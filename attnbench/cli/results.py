@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -146,13 +147,13 @@ def plot(
         names = ["RESULTS"] if len(results) == 1 else [f"RESULTS {i + 1}" for i in range(len(results))]
         runs = [load_run(path, name) for path, name in zip(results, names)]
         kind = one_kind(runs, "plot")
-        target = plot_target(out, results, runs)
+        target, claim = plot_target(out, results, runs)
         labelled = [(name, run.rows) for name, run in zip(labels, runs)] if len(runs) > 1 else [("", runs[0].rows)]
         try:
-            with target.locked():
-                written = plot_results(labelled, target.path, kind)
+            with claim:
+                written = plot_results(labelled, target, kind)
         except OSError as exc:  # the lock or the record in a directory that cannot be written
-            raise UsageError(f"cannot write plots into {target.path}: {exc.strerror or exc}") from None
+            raise UsageError(f"cannot write plots into {target}: {exc.strerror or exc}") from None
     if not written:
         fail(console, "no timed rows to plot (every row was skipped or failed to run)")
     for path in written:
@@ -160,15 +161,16 @@ def plot(
 
 
 def plot_target(out: Path | None, results: list[Path], runs: list):
-    """The directory plot writes into, claimed: an --out that is new or empty, not a symlink and not
-    a run being plotted; without --out, one run's own directory (its pictures redrawn, each replaced
-    atomically, a link never followed), or a new results/<time>-plots for several runs."""
+    """(directory, claim) for plot: an --out that is new or empty, not a symlink and not a run being
+    plotted, made; without --out, one run's own directory, its pictures redrawn under its lock
+    (each replaced atomically, a link never followed), or a new results/<time>-plots for several."""
     from attnbench.results.export import refuse_an_input
-    from attnbench.runs.rundir import RunDir
+    from attnbench.runs.rundir import RECORD, RunDir
 
     if out is None:
         if len(results) == 1 and os.path.isdir(results[0]):
-            return RunDir(results[0])
+            run = RunDir(results[0])
+            return run.path, run.locked() if (run.path / RECORD).is_file() else nullcontext()
         out = Path("results") / f"{dt.datetime.now():%Y%m%d-%H%M%S}-plots"
     refuse_an_input(out, "--out", runs)
     if out.is_symlink():
@@ -179,7 +181,7 @@ def plot_target(out: Path | None, results: list[Path], runs: list):
         raise UsageError(f"--out: cannot use {out}: {exc.strerror or exc}") from None
     if holding:
         raise UsageError(f"--out: {out} is not empty; give a new or empty directory")
-    return RunDir.prepare(out)
+    return RunDir.prepare(out).path, nullcontext()
 
 
 def run_labels(results: list[Path], labels: list[str] | None) -> list[str]:

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnbench.results.e2e_report import e2e_table
 from attnbench.results.figures import (Palette, backend_name, finish, line_label, oracle_backends, panels,
-                                       ratio_y, settings_text, swept_x, title)
+                                       ratio_y, ratios_to_unified, settings_text, swept_x, title)
 from attnbench.results.tables import LINESTYLES, format_params, ratio_names
 
 SETTINGS = [("model", ""), ("params", ""), ("dtype", ""), ("mode", ""), ("chunk_size", "chunked prefill"),
@@ -38,11 +37,10 @@ def plot_e2e(df: pd.DataFrame, out_dir: Path) -> list[Path]:
     oracles = oracle_backends()
     heading = settings_text(measured, SETTINGS)
     written = [_latency_figure(measured, pairs, oracles, heading, out_dir / "e2e_latency.png")]
-    ratios = pd.concat([e2e_table(rows).assign(run=run) for run, rows in measured.groupby("run", sort=False)],
-                       ignore_index=True)
-    columns = [c for c in ratios.columns if c.endswith(" / unified")]
-    if columns:
-        written.append(_ratio_figure(measured, ratios, columns, pairs, oracles, heading, out_dir / "e2e_ratio.png"))
+    ratios = ratios_to_unified(measured, ["run", "backend", "mode", "input_len", "output_len", "batch_size"],
+                               "request_p50_s")
+    if not ratios.empty:
+        written.append(_ratio_figure(measured, ratios, pairs, oracles, heading, out_dir / "e2e_ratio.png"))
     return written
 
 
@@ -67,19 +65,18 @@ def _latency_figure(measured, pairs, oracles, heading, path: Path) -> Path:
     return finish(fig, axes, title("e2e request latency", measured, heading), path)
 
 
-def _ratio_figure(measured, ratios, columns, pairs, oracles, heading, path: Path) -> Path:
+def _ratio_figure(measured, ratios, pairs, oracles, heading, path: Path) -> Path:
     fig, axes = panels(len(pairs))
     color = Palette()
+    names = ratio_names(ratios["strategy"].unique())
     for ax, pair in zip(axes, pairs):
-        sel = ratios[(ratios["input len"] == pair[0]) & (ratios["output len"] == pair[1])]
-        for column in columns:
-            strategy = column.split(" / ")[0]
-            for (run, backend, mode), g in sel.dropna(subset=[column]).groupby(["run", "backend", "mode"]):
-                line = line_label(run, backend_name(backend, oracles), mode)
-                ax.plot(g["batch size"], g[column], marker="o", linestyle=LINESTYLES.get(strategy, ":"),
-                        color=color(line), label=f"{line}: {column}")
-        ratio_y(ax, sel[columns].stack(), label=f"{ratio_names(measured['strategy'].unique())} "
-                                                "(> 1: unified faster)")
-        _pair_axis(ax, pair, sel["batch size"])
-    what = f"e2e {ratio_names(measured['strategy'].unique())} of p50 request latency"
+        sel = ratios[(ratios["input_len"] == pair[0]) & (ratios["output_len"] == pair[1])]
+        for (run, backend, mode, strategy), g in sel.groupby(["run", "backend", "mode", "strategy"], sort=False):
+            g = g.sort_values("batch_size")
+            line = line_label(run, backend_name(backend, oracles), mode)
+            ax.plot(g["batch_size"], g["ratio"], marker="o", linestyle=LINESTYLES.get(strategy, ":"),
+                    color=color(line), label=f"{line}: {strategy} / unified")
+        ratio_y(ax, sel["ratio"], label=f"{names} (> 1: unified faster)")
+        _pair_axis(ax, pair, sel["batch_size"])
+    what = f"e2e {names} of p50 request latency"
     return finish(fig, axes, title(what, measured, heading, "no interval: one p50 per row"), path)

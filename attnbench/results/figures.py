@@ -21,10 +21,22 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator  # noqa: E402
 
 from attnbench.results.atomic import replace_atomic  # noqa: E402
+from attnbench.results.tables import strategies_in  # noqa: E402
 
 CPU_MARK = "CPU: pipeline demo, not a measurement"
 RATIO_MARGIN = 0.05  # a ratio axis spans at least 1 ± 5 %: run-to-run noise must not fill the panel
 PLAIN = FuncFormatter(lambda value, _: f"{value:g}")
+
+
+def ratios_to_unified(df: pd.DataFrame, index: list[str], value: str) -> pd.DataFrame:
+    """Long form: per `index`, each other strategy's `value` over unified's (columns index, strategy,
+    ratio); empty when the rows have no unified or no other strategy."""
+    table = df.pivot_table(index=index, columns="strategy", values=value, aggfunc="first")
+    others = [s for s in strategies_in(table.columns) if s != "unified"]
+    if "unified" not in table.columns or not others:
+        return pd.DataFrame()
+    return pd.concat([(table[s] / table["unified"]).dropna().reset_index(name="ratio").assign(strategy=s)
+                      for s in others], ignore_index=True)
 
 
 def oracle_backends() -> set[str]:
@@ -69,8 +81,11 @@ def where_it_ran(df: pd.DataFrame) -> str:
     devices = ", ".join(_values(df, "gpu")) or "unknown device"
     if is_cpu(df):
         devices = "CPU"
-    libraries = sorted({f"{b}: {lib} {v}" for b, lib, v in
-                        df[["backend", "library", "library_version"]].dropna().astype(str).itertuples(index=False)})
+    if {"library", "library_version"} <= set(df.columns):  # display-only columns: older files may lack them
+        libraries = sorted({f"{b}: {lib} {v}" for b, lib, v in
+                            df[["backend", "library", "library_version"]].dropna().astype(str).itertuples(index=False)})
+    else:
+        libraries = [f"{b}: library not recorded" for b in _values(df, "backend")]
     return f"{devices}; {', '.join(libraries)}"
 
 

@@ -13,9 +13,9 @@ import pandas as pd
 
 from attnbench.kernels.workload import KINDS
 from attnbench.results.figures import (Palette, backend_name, finish, line_label, oracle_backends, panels,
-                                       plain_log_y, ratio_y, settings_text, swept_x, title)
+                                       plain_log_y, ratio_y, ratios_to_unified, settings_text, swept_x, title)
 from attnbench.results.notes import CONFIDENCE, ratio_intervals
-from attnbench.results.tables import LINESTYLES, ratio_names, strategies_in
+from attnbench.results.tables import LINESTYLES, ratio_names
 
 SHAPE = ["num_heads", "num_kv_heads", "head_dim"]
 SETTINGS = [("dtype", ""), ("context", "context"), ("mode", ""), ("l2", "L2")]
@@ -88,14 +88,10 @@ def _kind_axis(ax, kind: str, per_run) -> None:
 def strategy_ratios(df: pd.DataFrame) -> pd.DataFrame:
     """Each strategy's median over unified's per point, backend and mode; with replicates, the
     median of the paired replicates' ratios and its interval (notes.ratio_intervals) instead."""
-    ms = df.pivot_table(index=GROUP, columns="strategy", values="median_ms", aggfunc="first")
-    if "unified" not in ms.columns:
-        return pd.DataFrame()
-    frames = [(ms[s] / ms["unified"]).dropna().reset_index(name="ratio").assign(strategy=s)
-              for s in strategies_in(ms.columns) if s != "unified"]
-    if not frames:
-        return pd.DataFrame()
-    ratios = pd.concat(frames, ignore_index=True).assign(low=float("nan"), high=float("nan"))
+    ratios = ratios_to_unified(df, GROUP, "median_ms")
+    if ratios.empty:
+        return ratios
+    ratios = ratios.assign(low=float("nan"), high=float("nan"))
     intervals = ratio_intervals(df)
     if intervals.empty:
         return ratios
