@@ -179,7 +179,7 @@ def test_the_results_tools_work_without_pyarrow(e2e_run, tmp_path):
                 ["plot", GRAPH, EAGER, "--out", tmp_path / "plots"],
                 ["export", GRAPH / "results.parquet", "--format", "md"],
                 ["compare", e2e_run, e2e_run], ["export", e2e_run, "--format", "gab"],
-                ["plot", e2e_run, "--out", tmp_path]]
+                ["plot", e2e_run, "--out", tmp_path / "e2e-plots"]]  # a new directory: plot refuses a non-empty one
     proc = subprocess.run([sys.executable, "-c", PLAIN_INSTALL, json.dumps([[str(a) for a in c] for c in commands])],
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr
