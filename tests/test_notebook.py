@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 
@@ -15,23 +14,6 @@ pytest.importorskip("ipykernel", reason="the test extra (nbformat, nbclient, ipy
 pytest_plugins = ["results_fixtures"]
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "attnbench_results.ipynb"
-# the smallest e2e run that still draws lines: two batch sizes, one measured request each
-E2E_RUN = ["e2e", "--model", "tiny", "--input-len", "8", "--output-len", "2", "--batch-size", "1,2", "--warmup", "0",
-           "--iters", "1", "--device", "cpu"]
-
-
-@pytest.fixture(scope="session")
-def e2e_run(tmp_path_factory) -> Path:
-    from results_fixtures import invoke
-
-    out = tmp_path_factory.mktemp("e2e-run")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sys, "argv", ["attnbench", *E2E_RUN, "--out", str(out)])
-        result = invoke(*E2E_RUN, "--out", out)
-    assert result.exit_code == 0, result.output
-    return out
-
-
 def leftovers() -> set[Path]:
     return set(Path(tempfile.gettempdir()).glob("attnbench-plots-*"))
 

@@ -89,18 +89,6 @@ def test_a_bad_kernel_results_file_is_one_error_line(cpu_run, tmp_path, cli, cas
 
 # ---- e2e results ---------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="session")
-def e2e_run(tmp_path_factory) -> Path:
-    """A tiny e2e run on the CPU, as `attnbench e2e` writes it."""
-    from results_fixtures import invoke
-
-    out = tmp_path_factory.mktemp("e2e") / "run"
-    result = invoke("e2e", "--model", "tiny", "--device", "cpu", "--warmup", "1", "--iters", "2",
-                    "--input-len", "8", "--output-len", "2", "--batch-size", "1,2", "--out", out)
-    assert result.exit_code == 0, result.output
-    return out
-
-
 E2E_FILES = [
     ("no-p50", drop("request_p50_s"), ["request_p50_s"]), ("no-batch-size", drop("batch_size"), ["batch_size"]),
     ("cut", cut(0.4), []), ("duplicate-row", lambda h, r: csv_bytes(h, [*r, r[-1]]), ["same configuration"]),

@@ -109,14 +109,14 @@ def title(what: str, df: pd.DataFrame, settings: str, note: str = "") -> str:
 
 
 def panels(count: int, width: float = 4.6, height: float = 3.6):
-    """A figure of `count` panels, at most three a row; unused cells hidden. Returns (fig, axes)."""
+    """A figure of `count` panels, at most three a row; unused cells removed. Returns (fig, axes)."""
     cols = min(3, count)
     rows = -(-count // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows + 1.2), squeeze=False,
                              layout="constrained")
     flat = list(axes.flat)
     for unused in flat[count:]:
-        unused.set_visible(False)
+        unused.remove()
     return fig, flat[:count]
 
 
