@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from attnbench.results.atomic import write_text_atomic
 from attnbench.results.e2e_plots import plot_e2e
 from attnbench.results.e2e_report import e2e_markdown, e2e_table
 from attnbench.errors import AttnbenchError, UsageError
@@ -157,11 +158,14 @@ def refuse_an_input(path: Path, flag: str, inputs: list[Run]) -> None:
 
 
 def write_output(path: Path, text: str, flag: str, inputs: list[Run]) -> None:
-    """Write a tool's output file; refuse a path that is one of the runs it was made from."""
+    """Write a tool's output file atomically; refuse a path that is one of the runs it was made
+    from, a directory, or a symlink (a link is never written through)."""
     refuse_an_input(path, flag, inputs)
+    if path.is_symlink():
+        raise UsageError(f"{flag}: {path} is a symlink; give a file path (a link is never written through)")
     if os.path.isdir(path):
         raise UsageError(f"{flag}: {path} is a directory; give a file path")
     try:
-        path.write_text(text)
+        write_text_atomic(path, text)
     except OSError as exc:
         raise UsageError(f"{flag}: cannot write {path}: {exc.strerror or exc}") from None
