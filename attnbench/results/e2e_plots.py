@@ -56,10 +56,10 @@ def _latency_figure(measured, pairs, oracles, heading, path: Path) -> Path:
         sel = measured[(measured["input_len"] == pair[0]) & (measured["output_len"] == pair[1])]
         for (run, backend, strategy, mode), g in sel.groupby(["run", "backend", "strategy", "mode"]):
             g = g.sort_values("batch_size")
-            line = line_label(run, backend_name(backend, oracles), mode)
+            name = line_label(run, backend_name(backend, oracles), mode, strategy)
             ax.errorbar(g["batch_size"], g["request_p50_s"], yerr=[0 * g["request_p50_s"],
-                        g["request_p90_s"] - g["request_p50_s"]], marker="o", capsize=2, color=color(line),
-                        linestyle=LINESTYLES.get(strategy, ":"), label=line_label(line, strategy))
+                        g["request_p90_s"] - g["request_p50_s"]], marker="o", capsize=2, color=color(name),
+                        linestyle=LINESTYLES.get(strategy, ":"), label=name)
         ax.set_ylabel("p50 request latency, s (bar: p90)")
         _pair_axis(ax, pair, sel["batch_size"])
     return finish(fig, axes, title("e2e request latency", measured, heading), path)
@@ -73,9 +73,9 @@ def _ratio_figure(measured, ratios, pairs, oracles, heading, path: Path) -> Path
         sel = ratios[(ratios["input_len"] == pair[0]) & (ratios["output_len"] == pair[1])]
         for (run, backend, mode, strategy), g in sel.groupby(["run", "backend", "mode", "strategy"], sort=False):
             g = g.sort_values("batch_size")
-            line = line_label(run, backend_name(backend, oracles), mode)
+            name = f"{line_label(run, backend_name(backend, oracles), mode)}: {strategy} / unified"
             ax.plot(g["batch_size"], g["ratio"], marker="o", linestyle=LINESTYLES.get(strategy, ":"),
-                    color=color(line), label=f"{line}: {strategy} / unified")
+                    color=color(name), label=name)
         ratio_y(ax, sel["ratio"], label=f"{names} (> 1: unified faster)")
         _pair_axis(ax, pair, sel["batch_size"])
     what = f"e2e {names} of p50 request latency"

@@ -141,20 +141,23 @@ def plain_log_y(ax, label: str) -> None:
     ax.set_ylabel(label)
 
 
-def ratio_y(ax, points, lows=(), highs=(), label: str = "") -> None:
+def ratio_y(ax, points, lows=(), highs=(), label: str = "") -> bool:
     """The ratio axis: a line at 1, and a range of at least 1 ± RATIO_MARGIN that holds every point
-    and interval end (an interval wider than twice the points' range runs off the panel)."""
+    and interval end; an interval reaching further than the points' range again runs off the
+    panel (True is returned then, so the figure can say so)."""
     ax.axhline(1.0, color="black", linewidth=0.9, zorder=1)
+    ax.set_ylabel(label)
     points = [p for p in points if pd.notna(p)]
     if not points:
-        return
+        return False
     low, high = min(points), max(points)
     span = max(high - low, 2 * RATIO_MARGIN)
     ends = [v for v in (*lows, *highs) if pd.notna(v)]
+    clipped = bool(ends) and (min(ends) < low - span or max(ends) > high + span)
     low = max(min([low, *ends]), low - span)
     high = min(max([high, *ends]), high + span)
     ax.set_ylim(min(low, 1 - RATIO_MARGIN) * 0.98, max(high, 1 + RATIO_MARGIN) * 1.02)
-    ax.set_ylabel(label)
+    return clipped
 
 
 def finish(fig, axes, heading: str, path: Path, dpi: int = 90) -> Path:

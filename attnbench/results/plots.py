@@ -66,11 +66,11 @@ def _latency_figure(per_run, kinds, heading, oracles, path: Path) -> Path:
         tag = _hit_tag(df)
         for (kind, backend, strategy, mode, hit), g in df.groupby(["kind", "backend", "strategy", "mode", "prefix_ratio"]):
             g = g.sort_values("num_tokens")
-            line = line_label(run, backend_name(backend, oracles), mode, tag(kind, hit))
+            name = line_label(run, backend_name(backend, oracles), mode, tag(kind, hit), strategy)
             axes[kind].errorbar(g["num_tokens"], g["median_ms"],
                                 yerr=[g["median_ms"] - g["p10_ms"], g["p90_ms"] - g["median_ms"]],
                                 linestyle=LINESTYLES.get(strategy, ":"), marker="o" if mode == "graph" else "s",
-                                capsize=2, color=color(line), label=line_label(line, strategy))
+                                capsize=2, color=color(name), label=name)
     for kind, ax in axes.items():
         plain_log_y(ax, "median latency, ms (bars: p10-p90)")
         _kind_axis(ax, kind, per_run)
@@ -117,20 +117,21 @@ def _ratio_figure(per_run, kinds, heading, oracles, path: Path) -> Path | None:
         for (kind, backend, mode, hit, strategy), g in ratios.groupby(["kind", "backend", "mode", "prefix_ratio",
                                                                         "strategy"]):
             g = g.sort_values("num_tokens")
-            line = line_label(run, backend_name(backend, oracles), mode, tag(kind, hit))
+            name = f"{line_label(run, backend_name(backend, oracles), mode, tag(kind, hit))}: {strategy} / unified"
             bars = g["low"].notna().any()
             with_interval |= bars
             yerr = [(g["ratio"] - g["low"]).fillna(0).clip(lower=0), (g["high"] - g["ratio"]).fillna(0).clip(lower=0)]
             axes[kind].errorbar(g["num_tokens"], g["ratio"], yerr=yerr if bars else None, capsize=3, marker="o",
-                                linestyle=LINESTYLES.get(strategy, ":"), color=color(line),
-                                label=f"{line}: {strategy} / unified")
+                                linestyle=LINESTYLES.get(strategy, ":"), color=color(name), label=name)
     rows = pd.concat([r for _, r in all_ratios if not r.empty])
     names = ratio_names(rows["strategy"].unique())
+    clipped = False
     for kind, ax in axes.items():
         sel = rows[rows["kind"] == kind]
-        ratio_y(ax, sel["ratio"], sel["low"], sel["high"], f"{names} time (> 1: unified faster)")
+        clipped |= ratio_y(ax, sel["ratio"], sel["low"], sel["high"], f"{names} time (> 1: unified faster)")
         _kind_axis(ax, kind, per_run)
-    bars = (f"bars: {CONFIDENCE:.0%} interval over paired replicates" if with_interval
+    bars = (f"bars: {CONFIDENCE:.0%} interval over paired replicates"
+            + ("; a bar leaving the panel is wider than shown" if clipped else "") if with_interval
             else "no interval: one replicate per row; --replicates 3 gives one")
     shape_text, measured = heading
     what = f"{names} time ratio, {shape_text}"
