@@ -20,7 +20,7 @@ pytest_plugins = ["results_fixtures"]
 
 
 def snapshot(root: Path) -> dict[str, tuple]:
-    """Every entry under root, links not followed: a link's target, a file's bytes, a folder."""
+    """Every entry under root, links not followed: a link's target, a file's bytes, a folder, a FIFO."""
     seen = {}
     for folder, dirs, names in os.walk(root):
         for name in [*dirs, *names]:
@@ -30,8 +30,10 @@ def snapshot(root: Path) -> dict[str, tuple]:
                 seen[key] = ("link", os.readlink(path))
             elif path.is_dir():
                 seen[key] = ("dir",)
-            else:
+            elif path.is_file():
                 seen[key] = ("file", path.read_bytes())
+            else:  # a FIFO: reading it would wait for a writer
+                seen[key] = ("special", path.lstat().st_mode)
     return seen
 
 
@@ -70,6 +72,7 @@ PLOT_CASES = {
     "out-links-to-a-file": (lambda t: ["plot", t / "run", "--out", _link(t, "l", t / "victim.txt")], "symlink"),
     "out-is-a-file": (lambda t: ["plot", t / "run", "--out", t / "victim.txt"], "is a file"),
     "out-under-a-file": (lambda t: ["plot", t / "run", "--out", t / "victim.txt" / "plots"], "victim.txt"),
+    "out-is-a-fifo": (lambda t: (os.mkfifo(t / "fifo"), ["plot", t / "run", "--out", t / "fifo"])[1], "not a directory"),
     "out-holds-a-user-file": (lambda t: ["plot", t / "run", "--out", _dir_with(t, "d", "notes.md")], "not empty"),
     "out-holds-a-hidden-file": (lambda t: ["plot", t / "run", "--out", _dir_with(t, "d", ".keep")], "not empty"),
     "out-holds-old-pictures": (lambda t: ["plot", t / "run", "--out", _dir_with(t, "d", "latency_h4kv2_d32.png")],
@@ -96,6 +99,8 @@ EXPORT_CASES = {
                            "is a directory"),
     "out-under-a-file": (lambda t: ["export", t / "run", "--format", "gab", "--out", t / "victim.txt" / "b.json"],
                          "cannot write"),
+    "out-is-a-fifo-nobody-reads": (lambda t: (os.mkfifo(t / "fifo"), ["export", t / "run", "--format", "md",
+                                                                      "--out", t / "fifo"])[1], "cannot write"),
     "unknown-format": (lambda t: ["export", t / "run", "--format", "png", "--out", t / "x.png"], "unknown format"),
     "format-in-capitals": (lambda t: ["export", t / "run", "--format", "MD", "--out", t / "x.md"], "unknown format"),
     "blank-format": (lambda t: ["export", t / "run", "--format", "", "--out", t / "x.md"], "unknown format"),

@@ -173,7 +173,7 @@ def plot_target(out: Path | None, results: list[Path], runs: list):
             return run.path, run.locked() if (run.path / RECORD).is_file() else nullcontext()
         out = Path("results") / f"{dt.datetime.now():%Y%m%d-%H%M%S}-plots"
     refuse_an_input(out, "--out", runs)
-    if out.is_symlink():
+    if os.path.islink(out):
         raise UsageError(f"--out: {out} is a symlink; give a directory path (plot never writes through a link)")
     try:
         holding = out.is_dir() and any(out.iterdir())

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnbench.results.atomic import write_text_atomic
 from attnbench.results.e2e_plots import plot_e2e
 from attnbench.results.e2e_report import e2e_markdown, e2e_table
 from attnbench.errors import AttnbenchError, UsageError
@@ -158,14 +157,19 @@ def refuse_an_input(path: Path, flag: str, inputs: list[Run]) -> None:
 
 
 def write_output(path: Path, text: str, flag: str, inputs: list[Run]) -> None:
-    """Write a tool's output file atomically; refuse a path that is one of the runs it was made
-    from, a directory, or a symlink (a link is never written through)."""
+    """Write a tool's output file; refuse a path that is one of the runs it was made from, a
+    directory, or a symlink (opened with O_NOFOLLOW: a link is never written through). Not renamed
+    into place: the path may be a device or a pipe a user chose (/dev/stderr's target, a FIFO)."""
     refuse_an_input(path, flag, inputs)
-    if path.is_symlink():
+    if os.path.islink(path):
         raise UsageError(f"{flag}: {path} is a symlink; give a file path (a link is never written through)")
     if os.path.isdir(path):
         raise UsageError(f"{flag}: {path} is a directory; give a file path")
     try:
-        write_text_atomic(path, text)
+        # O_NONBLOCK: a FIFO nobody reads is refused (ENXIO) instead of hanging; no effect on files
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        fd = os.open(path, flags, 0o666)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
     except OSError as exc:
         raise UsageError(f"{flag}: cannot write {path}: {exc.strerror or exc}") from None
