@@ -51,6 +51,7 @@ from attnbench.kernels.rows import cells
 from attnbench.results.e2e_report import write_e2e_outputs
 from attnbench.results.env import collect
 from attnbench.results.profiling import write_report
+from attnbench.results.tables import format_params
 from attnbench.runs.rundir import ResumeKey, RunDir
 from attnbench.workers.isolated_e2e import Measure, isolated_points
 
@@ -209,7 +210,7 @@ def run_ranks(args: E2EArgs, console: Console, command: list[str], margs: ModelA
     with ExitStack() as stack:
         run, env, rows, agreements, points = from_leader(tp, lambda: open_run(setup, command, console, stack))
         on = f"{tp.size} x {setup.gpu_name or 'cpu'} (TP {tp.size})" if tp.size > 1 else setup.gpu_name or "cpu"
-        console.print(f"{margs.name} ({margs.num_params / 1e9:.2f} B params, {setup.dtype_name}) on {on}: "
+        console.print(f"{margs.name} ({format_params(margs.num_params / 1e9)}, {setup.dtype_name}) on {on}: "
                       f"{len(points)} points x {len(setup.backends)} backend(s) x {len(args.strategy)} strategies "
                       f"-> {run.path}")
         stopped, finished = measure_points(setup, run, env, rows, agreements, points, console)
