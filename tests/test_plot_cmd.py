@@ -73,6 +73,16 @@ def test_a_missing_run_is_refused(tmp_path, cli):
 
 # ---- what the pictures say about themselves: read from matplotlib's objects, not pixels ----------------
 
+@pytest.fixture(autouse=True)
+def close_kept_figures():
+    """The figures drawn_figures kept open are closed after each test (with pyplot's own close)."""
+    import matplotlib.pyplot as plt
+
+    close = plt.close
+    yield
+    close("all")
+
+
 def drawn_figures(monkeypatch, draw) -> list:
     """The figures `draw()` makes, kept open (figures.finish closes each after saving it)."""
     import matplotlib.pyplot as plt
@@ -165,6 +175,20 @@ def test_e2e_figures_say_the_model_device_and_batch_sizes(e2e_run, tmp_path, mon
         for ax in fig.axes:
             assert list(ax.get_xticks()) == [1, 2] and "batch size" in ax.get_xlabel()
     assert ratio_axes(figs) and all(ax.get_ylim()[0] <= 0.95 for ax in ratio_axes(figs))
+
+
+def test_e2e_ratios_carry_the_interval_of_their_rows_p50s(e2e_run, tmp_path, monkeypatch):
+    from attnbench.results.read import E2E
+
+    df = report.load_results(e2e_run / "results.csv")
+    df = df.assign(request_p50_ci_low_s=df["request_p50_s"] * 0.9, request_p50_ci_high_s=df["request_p50_s"] * 1.1)
+    figs = drawn_figures(monkeypatch, lambda: export.plot_results([("", df)], tmp_path, E2E))
+    assert all(c.has_yerr for ax in ratio_axes(figs) for c in ax.containers)
+    (ax,) = ratio_axes(figs)
+    low, high = ax.containers[0].lines[2][0].get_segments()[0][:, 1]  # the first bar's ends
+    assert low == pytest.approx(0.9 / 1.1 * ax.containers[0].lines[0].get_ydata()[0])
+    assert high == pytest.approx(1.1 / 0.9 * ax.containers[0].lines[0].get_ydata()[0])
+    assert "95 % intervals of the p50" in figs[-1]._suptitle.get_text().replace("\n", " ")
 
 
 def test_no_placeholder_text_in_any_figure_summary_export_or_console(cpu_run, e2e_run, tmp_path, monkeypatch, cli):

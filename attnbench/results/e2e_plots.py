@@ -16,8 +16,23 @@ from attnbench.results.figures import (Palette, backend_name, finish, line_label
 from attnbench.results.tables import LINESTYLES, format_params, ratio_names
 
 SETTINGS = [("model", ""), ("params", ""), ("dtype", ""), ("mode", ""), ("chunk_size", "chunked prefill"),
-            ("block_size", "block size"), ("iters", "measured runs per row:")]
+            ("block_size", "block size"), ("iters", "measured runs per row, at most")]
 BATCH = "batch size (concurrent requests)"
+ROW = ["run", "backend", "mode", "input_len", "output_len", "batch_size"]
+P50_INTERVAL = ("request_p50_ci_low_s", "request_p50_ci_high_s")  # each row's 95 % interval of its p50
+
+
+def ratio_intervals(measured: pd.DataFrame) -> pd.DataFrame:
+    """Per row and strategy, the ratio's interval [low / unified's high, high / unified's low] from
+    the two rows' intervals of the p50 (rows measured with enough runs have them); NaN elsewhere."""
+    if not all(c in measured for c in P50_INTERVAL) or measured[list(P50_INTERVAL)].isna().all().all():
+        return pd.DataFrame(columns=[*ROW, "strategy", "low", "high"])
+    ends = measured.pivot_table(index=ROW, columns="strategy", values=list(P50_INTERVAL), aggfunc="first")
+    low, high = ends[P50_INTERVAL[0]], ends[P50_INTERVAL[1]]
+    others = [s for s in low.columns if s != "unified"] if "unified" in low.columns else []
+    return pd.concat([pd.DataFrame({"low": low[s] / high["unified"], "high": high[s] / low["unified"]})
+                      .reset_index().assign(strategy=s) for s in others] or [pd.DataFrame(columns=[*ROW, "strategy"])],
+                     ignore_index=True)
 
 
 def _measured(df: pd.DataFrame) -> pd.DataFrame:
@@ -37,9 +52,9 @@ def plot_e2e(df: pd.DataFrame, out_dir: Path) -> list[Path]:
     oracles = oracle_backends()
     heading = settings_text(measured, SETTINGS)
     written = [_latency_figure(measured, pairs, oracles, heading, out_dir / "e2e_latency.png")]
-    ratios = ratios_to_unified(measured, ["run", "backend", "mode", "input_len", "output_len", "batch_size"],
-                               "request_p50_s")
+    ratios = ratios_to_unified(measured, ROW, "request_p50_s")
     if not ratios.empty:
+        ratios = ratios.merge(ratio_intervals(measured), on=[*ROW, "strategy"], how="left")
         written.append(_ratio_figure(measured, ratios, pairs, oracles, heading, out_dir / "e2e_ratio.png"))
     return written
 
@@ -74,9 +89,11 @@ def _ratio_figure(measured, ratios, pairs, oracles, heading, path: Path) -> Path
         for (run, backend, mode, strategy), g in sel.groupby(["run", "backend", "mode", "strategy"], sort=False):
             g = g.sort_values("batch_size")
             name = f"{line_label(run, backend_name(backend, oracles), mode)}: {strategy} / unified"
-            ax.plot(g["batch_size"], g["ratio"], marker="o", linestyle=LINESTYLES.get(strategy, ":"),
-                    color=color(name), label=name)
-        ratio_y(ax, sel["ratio"], label=f"{names} (> 1: unified faster)")
+            yerr = [(g["ratio"] - g["low"]).fillna(0).clip(lower=0), (g["high"] - g["ratio"]).fillna(0).clip(lower=0)]
+            ax.errorbar(g["batch_size"], g["ratio"], yerr=yerr if g["low"].notna().any() else None, capsize=3,
+                        marker="o", linestyle=LINESTYLES.get(strategy, ":"), color=color(name), label=name)
+        ratio_y(ax, sel["ratio"], sel["low"], sel["high"], f"{names} (> 1: unified faster)")
         _pair_axis(ax, pair, sel["batch_size"])
-    what = f"e2e {names} of p50 request latency"
-    return finish(fig, axes, title(what, measured, heading, "no interval: one p50 per row"), path)
+    bars = ("bars: the ratio's interval from the two rows' 95 % intervals of the p50" if ratios["low"].notna().any()
+            else "no interval: the rows hold no interval of their p50 (too few measured runs)")
+    return finish(fig, axes, title(f"e2e {names} of p50 request latency", measured, heading, bars), path)
