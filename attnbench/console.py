@@ -37,14 +37,15 @@ def default_out_dir(device_name: str, command: str) -> Path:
 
 def print_seed_table(console: Console, df) -> None:
     """The seed-shaped table; columns that hold one value for the whole run go to the title."""
-    from attnbench.results.tables import seed_table
+    from attnbench.results.tables import ratio_meaning, seed_table
 
     table = seed_table(df)
     if table.empty:
         console.print("[yellow]no measured rows[/]")
         return
+    meaning = ratio_meaning(df["strategy"].dropna().unique())
     print_titled(console, table, ("backend", "mode", "l2", "kind", "prefix ratio", "decode share", "decode seqs"),
-                 "{title} (<strategy> / unified > 1: unified is faster)")
+                 "{title}" + (f" ({meaning})" if meaning else ""))
     print_run_notes(console, df)
 
 

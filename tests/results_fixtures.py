@@ -19,6 +19,8 @@ EXAMPLES = sorted(p for p in (ROOT / "results" / "examples").glob("*")
 # the issue's small CPU run; a short sampling budget keeps it to a few seconds
 CPU_RUN = ["kernel", "--heads", "4", "--kv-heads", "2", "--dim", "32", "--tokens", "8,16", "--context", "32",
            "--device", "cpu", "--budget-ms", "20"]
+E2E_RUN = ["e2e", "--model", "tiny", "--device", "cpu", "--warmup", "1", "--iters", "2", "--input-len", "8",
+           "--output-len", "2", "--batch-size", "1,2"]
 
 
 def invoke(*args):
@@ -39,6 +41,17 @@ def cpu_run(tmp_path_factory) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sys, "argv", ["attnbench", *CPU_RUN, "--out", str(out)])
         result = invoke(*CPU_RUN, "--out", out)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="session")
+def e2e_run(tmp_path_factory) -> Path:
+    """A tiny e2e run on the CPU, as `attnbench e2e` writes it: two batch sizes, so its plots draw lines."""
+    out = tmp_path_factory.mktemp("e2e") / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", ["attnbench", *E2E_RUN, "--out", str(out)])
+        result = invoke(*E2E_RUN, "--out", out)
     assert result.exit_code == 0, result.output
     return out
 

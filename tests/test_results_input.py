@@ -91,18 +91,6 @@ def test_a_bad_kernel_results_file_is_one_error_line(cpu_run, tmp_path, cli, cas
 
 # ---- e2e results ---------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="session")
-def e2e_run(tmp_path_factory) -> Path:
-    """A tiny e2e run on the CPU, as `attnbench e2e` writes it."""
-    from results_fixtures import invoke
-
-    out = tmp_path_factory.mktemp("e2e") / "run"
-    result = invoke("e2e", "--model", "tiny", "--device", "cpu", "--warmup", "1", "--iters", "2",
-                    "--input-len", "8", "--output-len", "2", "--batch-size", "1,2", "--out", out)
-    assert result.exit_code == 0, result.output
-    return out
-
-
 E2E_FILES = [
     ("no-p50", drop("request_p50_s"), ["request_p50_s"]), ("no-batch-size", drop("batch_size"), ["batch_size"]),
     ("cut", cut(0.4), []), ("duplicate-row", lambda h, r: csv_bytes(h, [*r, r[-1]]), ["same configuration"]),
@@ -155,7 +143,8 @@ def test_e2e_results_export_and_plot(e2e_run, tmp_path, cli, monkeypatch):
     assert cli("plot", e2e_run, "--out", tmp_path / "one").exit_code == 0
     assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["e2e_latency.png", "e2e_ratio.png"]
     seen = []
-    monkeypatch.setattr(export, "plot_e2e", lambda rows, out: seen.extend(sorted(set(rows["backend"]))) or [out])
+    monkeypatch.setattr(export, "plot_e2e",
+                        lambda rows, out: seen.extend(sorted(set(rows["run"] + " " + rows["backend"]))) or [out])
     assert cli("plot", e2e_run, e2e_run / "results.csv", "--label", "a", "--label", "b",
                "--out", tmp_path / "two").exit_code == 0
     assert seen == ["a reference", "b reference"]  # each run's lines under its own label
@@ -183,7 +172,7 @@ def test_the_results_tools_work_without_pyarrow(e2e_run, tmp_path):
                 ["plot", GRAPH, EAGER, "--out", tmp_path / "plots"],
                 ["export", GRAPH / "results.parquet", "--format", "md"],
                 ["compare", e2e_run, e2e_run], ["export", e2e_run, "--format", "gab"],
-                ["plot", e2e_run, "--out", tmp_path]]
+                ["plot", e2e_run, "--out", tmp_path / "e2e-plots"]]  # a new directory: plot refuses a non-empty one
     proc = subprocess.run([sys.executable, "-c", PLAIN_INSTALL, json.dumps([[str(a) for a in c] for c in commands])],
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr

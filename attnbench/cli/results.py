@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -140,11 +141,12 @@ def export(
 def plot(
     results: Annotated[list[Path], typer.Argument(help="One or more results directories or files, overlaid.")],
     label: Annotated[Optional[list[str]], typer.Option(help="A label per RESULTS, in order (default: directory names). Example: --label h100 --label h200")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Where the PNGs go (default: the run's directory for one run, results/<time>-plots for several). Example: --out plots")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="A new or empty directory for the PNGs, not a symlink nor a run being plotted (default: redraw one run's pictures in its own directory; results/<time>-plots for several runs). Example: --out plots")] = None,
 ) -> None:
     """Redraw latency and split / unified plots from saved results, several runs overlaid.
 
-    Overlay two GPUs, two library versions, or a run before and after a change.
+    Overlay two GPUs, two library versions, or a run before and after a change. Each PNG's title
+    says the device, library versions, dtype, context and mode; CPU runs are marked as demos.
 
     Example: attnbench plot results/h100 results/h200 --label h100 --label h200 --out plots
     """
@@ -157,15 +159,41 @@ def plot(
         names = ["RESULTS"] if len(results) == 1 else [f"RESULTS {i + 1}" for i in range(len(results))]
         runs = [load_run(path, name) for path, name in zip(results, names)]
         kind = one_kind(runs, "plot")
-        if out is None:
-            single = len(results) == 1 and os.path.isdir(results[0])
-            out = results[0] if single else Path("results") / f"{dt.datetime.now():%Y%m%d-%H%M%S}-plots"
+        target, claim = plot_target(out, results, runs)
         labelled = [(name, run.rows) for name, run in zip(labels, runs)] if len(runs) > 1 else [("", runs[0].rows)]
-        written = plot_results(labelled, out, kind)
+        try:
+            with claim:
+                written = plot_results(labelled, target, kind)
+        except OSError as exc:  # the lock or the record in a directory that cannot be written
+            raise UsageError(f"cannot write plots into {target}: {exc.strerror or exc}") from None
     if not written:
         fail(console, "no timed rows to plot (every row was skipped or failed to run)")
     for path in written:
         console.print(escape(str(path)), highlight=False)
+
+
+def plot_target(out: Path | None, results: list[Path], runs: list):
+    """(directory, claim) for plot: an --out that is new or empty, not a symlink and not a run being
+    plotted, made; without --out, one run's own directory, its pictures redrawn under its lock
+    (each replaced atomically, a link never followed), or a new results/<time>-plots for several."""
+    from attnbench.results.export import refuse_an_input
+    from attnbench.runs.rundir import RECORD, RunDir
+
+    if out is None:
+        if len(results) == 1 and os.path.isdir(results[0]):
+            run = RunDir(results[0])
+            return run.path, run.locked() if (run.path / RECORD).is_file() else nullcontext()
+        out = Path("results") / f"{dt.datetime.now():%Y%m%d-%H%M%S}-plots"
+    refuse_an_input(out, "--out", runs)
+    if os.path.islink(out):
+        raise UsageError(f"--out: {out} is a symlink; give a directory path (plot never writes through a link)")
+    try:
+        holding = out.is_dir() and any(out.iterdir())
+    except OSError as exc:
+        raise UsageError(f"--out: cannot use {out}: {exc.strerror or exc}") from None
+    if holding:
+        raise UsageError(f"--out: {out} is not empty; give a new or empty directory")
+    return RunDir.prepare(out).path, nullcontext()
 
 
 def run_labels(results: list[Path], labels: list[str] | None) -> list[str]:

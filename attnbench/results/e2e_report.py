@@ -16,7 +16,7 @@ from attnbench.e2e.rows import E2E_POINT
 from attnbench.e2e.stopping import StoppingRule
 from attnbench.errors import AttnbenchError
 from attnbench.results.files import load_results, write_parquet
-from attnbench.results.tables import LINESTYLES, md_lines, strategies_in
+from attnbench.results.tables import format_params, md_lines, strategies_in
 
 
 
@@ -121,7 +121,7 @@ def write_e2e_summary(df: pd.DataFrame, agreement: pd.DataFrame, out_dir: Path, 
     lines = [
         "# attnbench e2e summary\n",
         f"- command: `{env.get('command', '')}`",
-        f"- model: {e2e.get('model')} ({e2e.get('params_b', 0):.2f} B params, {e2e.get('weights')}), "
+        f"- model: {e2e.get('model')} ({format_params(e2e.get('params_b'))}, {e2e.get('weights')}), "
         f"{e2e.get('dtype')}, block size {e2e.get('block_size')}, chunk size {e2e.get('chunk_size') or 'none (whole prefill)'}",
         f"- device: {gpu}; torch {env.get('torch')}; attnbench {env.get('attnbench_version')}",
         f"- per row: one untimed check run, {runs_text(df, e2e)}",
@@ -147,53 +147,6 @@ def write_e2e_summary(df: pd.DataFrame, agreement: pd.DataFrame, out_dir: Path, 
     return path
 
 
-def plot_e2e(df: pd.DataFrame, out_dir: Path) -> list[Path]:
-    """Latency vs batch size per strategy, and each strategy / unified, one panel per (input, output)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    measured = df[df["verdict"].isin(["pass", "fail"])]
-    pairs = sorted(set(zip(measured["input_len"], measured["output_len"])))
-    if not pairs:
-        return []
-    written = []
-    table = e2e_table(df)
-    for name, ylabel in (("e2e_latency.png", "p50 request latency, s (bar: p90)"),
-                         ("e2e_ratio.png", "p50 ratio to unified (>1: unified faster)")):
-        fig, axes = plt.subplots(1, len(pairs), figsize=(4.4 * len(pairs), 3.6), squeeze=False)
-        for ax, (inp, outp) in zip(axes[0], pairs):
-            if name == "e2e_latency.png":
-                sel = measured[(measured["input_len"] == inp) & (measured["output_len"] == outp)]
-                for (backend, strategy, mode), g in sel.groupby(["backend", "strategy", "mode"]):
-                    g = g.sort_values("batch_size")
-                    ax.errorbar(g["batch_size"], g["request_p50_s"], yerr=[0 * g["request_p50_s"],
-                                g["request_p90_s"] - g["request_p50_s"]], marker="o", capsize=2,
-                                linestyle=LINESTYLES.get(strategy, ":"), label=f"{backend} {strategy} {mode}")
-            else:
-                sel = table[(table["input len"] == inp) & (table["output len"] == outp)]
-                ratios = [c for c in table.columns if c.endswith(" / unified")]
-                for column in ratios:
-                    strategy = column.split(" / ")[0]
-                    for (backend, mode), g in sel.dropna(subset=[column]).groupby(["backend", "mode"]):
-                        ax.plot(g["batch size"], g[column], marker="o", linestyle=LINESTYLES.get(strategy, ":"),
-                                label=f"{backend} {mode}: {column}")
-                ax.axhline(1.0, color="grey", linewidth=0.8)
-            ax.set_title(f"input {inp} / output {outp}" + (" (CPU demo)" if on_cpu(df) else ""))
-            ax.set_xlabel("batch size")
-            ax.set_xscale("log", base=2)
-            ax.grid(True, alpha=0.3)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7)
-        axes[0][0].set_ylabel(ylabel)
-        fig.tight_layout()
-        fig.savefig(out_dir / name, dpi=110)
-        plt.close(fig)
-        written.append(out_dir / name)
-    return written
-
-
 def write_e2e_outputs(out_dir: Path, env: dict, console: Console) -> Path:
     """Parquet, summary.md, plots and the console report, all from the saved CSV files."""
     df = load_results(out_dir / "results.csv")
@@ -203,6 +156,8 @@ def write_e2e_outputs(out_dir: Path, env: dict, console: Console) -> Path:
     agreement = pd.read_csv(agreement_path) if agreement_path.exists() else pd.DataFrame()
     write_parquet(df, out_dir)
     summary = write_e2e_summary(df, agreement, out_dir, env)
+    from attnbench.results.e2e_plots import plot_e2e  # matplotlib: imported once there is something to draw
+
     plots = plot_e2e(df, out_dir)
     console.print(e2e_markdown(e2e_table(df)), highlight=False, soft_wrap=True)
     console.print(f"runs per row: {runs_text(df, env.get('e2e', {}))}", highlight=False, soft_wrap=True)

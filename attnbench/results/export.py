@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnbench.results.e2e_report import e2e_markdown, e2e_table, plot_e2e
+from attnbench.results.e2e_plots import plot_e2e
+from attnbench.results.e2e_report import e2e_markdown, e2e_table
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.kernels.workload import KIND_SETTINGS
 from attnbench.results.compare import row_label
 from attnbench.results.files import COLUMNS, KEY_COLUMNS
-from attnbench.results.tables import markdown_table, seed_table
+from attnbench.results.tables import markdown_table, ratio_clause, seed_table
 from attnbench.results.plots import plot_runs
 from attnbench.results.read import E2E, KERNEL, MEASURED, ResultKind, Run, canonical
 
@@ -55,14 +56,13 @@ def seed_tables(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 def plot_results(runs: list[tuple[str, pd.DataFrame]], out_dir: Path, kind: ResultKind = KERNEL) -> list[Path]:
     """plot_runs over several runs, each split by setting so no two settings share a line; e2e runs
-    with plot_e2e, each run's label before its backend."""
+    with plot_e2e, each run's label in a `run` column."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise AttnbenchError(f"cannot write plots into {out_dir}: it is a file, not a directory")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         if kind is E2E:
-            return plot_e2e(pd.concat([df.assign(backend=[f"{label} {b}".strip() for b in df["backend"]])
-                                       for label, df in runs], ignore_index=True), out_dir)
+            return plot_e2e(pd.concat([df.assign(run=label) for label, df in runs], ignore_index=True), out_dir)
         split = [(" ".join(p for p in (label, setting) if p), rows)
                  for label, df in runs for setting, rows in by_setting(df)]
         return plot_runs(split, out_dir)
@@ -128,10 +128,10 @@ def to_markdown(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
     gpu = ", ".join(sorted(set(df["gpu"].dropna().astype(str))))
     libraries = ", ".join(sorted({f"{b} ({lib} {v})" for b, lib, v in
                                   df[["backend", "library", "library_version"]].dropna().itertuples(index=False)}))
+    meaning = ratio_clause(df["strategy"].dropna().unique())
     if kind is E2E:
-        return (f"**{gpu}**: {libraries}; p50 request latency, s; <strategy> / unified > 1 means unified is faster\n\n"
-                + e2e_markdown(e2e_table(df)))
-    lines = [f"**{gpu}**: {libraries}; median ms; <strategy> / unified > 1 means unified is faster", ""]
+        return f"**{gpu}**: {libraries}; p50 request latency, s{meaning}\n\n" + e2e_markdown(e2e_table(df))
+    lines = [f"**{gpu}**: {libraries}; median ms{meaning}", ""]
     for label, table in seed_tables(df):
         if label:
             lines += [f"#### {label}", ""]
@@ -147,15 +147,29 @@ def to_csv(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
 FORMATS = {"gab": to_gab, "md": to_markdown, "csv": to_csv}
 
 
-def write_output(path: Path, text: str, flag: str, inputs: list[Run]) -> None:
-    """Write a tool's output file; refuse a path that is one of the runs it was made from."""
+def refuse_an_input(path: Path, flag: str, inputs: list[Run]) -> None:
+    """Refuse an output path that is one of the runs being read: a results file, its env.json, or
+    the run's directory (plots written there would replace that run's own pictures)."""
     sources = {os.path.realpath(run.source.parent / name) for run in inputs
-               for name in (run.source.name, "results.csv", "results.parquet", "env.json")}
+               for name in (run.source.name, "results.csv", "results.parquet", "env.json", "")}
     if os.path.realpath(path) in sources:
         raise UsageError(f"{flag}: {path} is part of the results being read; writing it would overwrite them")
+
+
+def write_output(path: Path, text: str, flag: str, inputs: list[Run]) -> None:
+    """Write a tool's output file; refuse a path that is one of the runs it was made from, a
+    directory, or a symlink (opened with O_NOFOLLOW: a link is never written through). Not renamed
+    into place: the path may be a device or a pipe a user chose (/dev/stderr's target, a FIFO)."""
+    refuse_an_input(path, flag, inputs)
+    if os.path.islink(path):
+        raise UsageError(f"{flag}: {path} is a symlink; give a file path (a link is never written through)")
     if os.path.isdir(path):
         raise UsageError(f"{flag}: {path} is a directory; give a file path")
     try:
-        path.write_text(text)
+        # O_NONBLOCK: a FIFO nobody reads is refused (ENXIO) instead of hanging; no effect on files
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        fd = os.open(path, flags, 0o666)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
     except OSError as exc:
         raise UsageError(f"{flag}: cannot write {path}: {exc.strerror or exc}") from None

@@ -23,7 +23,7 @@ from attnbench.kernels.workload import KEY, OLDER_FILES, SweepPoint
 from attnbench.results.notes import summary_notes
 from attnbench.results.atomic import replace_atomic, write_text_atomic
 from attnbench.results.schema import cell_problem, column_types
-from attnbench.results.tables import markdown_table, md_lines, seed_table
+from attnbench.results.tables import markdown_table, md_lines, ratio_clause, seed_table
 
 # every column list is read off the row dataclasses (kernels/rows.py): a new field is a new column
 COLUMNS = rows.names(*rows.ROW_PARTS)
@@ -265,7 +265,8 @@ def write_summary(df: pd.DataFrame, out_dir: Path, env: dict) -> Path:
         "# attnbench kernel summary\n",
         f"- command: `{env.get('command', '')}`",
         f"- device: {gpu}; torch {env.get('torch')}; attnbench {env.get('attnbench_version')}",
-        "- times: median of replicate medians, each over samples (CUDA events; perf_counter on CPU); <strategy> / unified > 1 means unified is faster",
+        "- times: median of replicate medians, each over samples (CUDA events; perf_counter on CPU)"
+        + ratio_clause(df["strategy"].dropna().unique()),
         "",
         markdown_table(seed_table(df)),
         *summary_notes(df),

@@ -20,7 +20,7 @@ from attnbench.results.replicates import CONFIDENCE, MIN_REPLICATES, mean_interv
 TIMED = ("pass", "fail")
 POINT = ["kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim", "context", "prefix_ratio"]
 CPU_NOTE = ("CPU run: the reference backend timed with perf_counter, a demonstration of the pipeline, not a "
-            "kernel comparison; <strategy> / unified ratios are not stable here (they swing between identical runs)")
+            "kernel comparison; the ratios to unified are not stable here (they swing between identical runs)")
 
 
 def run_notes(df: pd.DataFrame) -> list[str]:

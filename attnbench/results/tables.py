@@ -69,6 +69,35 @@ def strategies_in(names) -> list[str]:
     return [s for s in STRATEGIES if s in names] + sorted(n for n in names if n not in STRATEGIES)
 
 
+def ratio_names(strategies) -> str:
+    """The ratios a run has, named: "split / unified", or "split / unified, fused / unified"."""
+    others = [s for s in strategies_in(strategies) if s != "unified"]
+    return ", ".join(f"{s} / unified" for s in others) or "strategy / unified"
+
+
+def ratio_meaning(strategies) -> str:
+    """What a ratio to unified means, with the run's own strategy names; "" when it has no ratio."""
+    present = strategies_in(strategies)
+    if "unified" not in present or len(present) < 2:
+        return ""
+    return f"{ratio_names(present)} > 1 means unified is faster"
+
+
+def ratio_clause(strategies) -> str:
+    """ratio_meaning as a clause to append to a line ("; split / unified > 1 means ..."), or ""."""
+    meaning = ratio_meaning(strategies)
+    return f"; {meaning}" if meaning else ""
+
+
+def format_params(params_b) -> str:
+    """A parameter count given in billions, in a unit that shows it: 6.7 B, 1.7 M, 12 k."""
+    count = float(params_b or 0) * 1e9
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if count >= size:
+            return f"{count / size:.3g} {unit} params"
+    return f"{count:.0f} params"
+
+
 def format_cell(column: str, value) -> str:
     """A table cell: times as ms with 4 decimals, ratios with 3, blanks for NaN."""
     if column.endswith(" ms"):

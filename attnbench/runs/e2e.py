@@ -47,6 +47,7 @@ from attnbench.results.files import read_agreements
 from attnbench.results.profiling import write_report
 from attnbench.runs.e2e_plan import Eta, duration, plan_line
 from attnbench.runs.resume import check_foreign, check_resume, sweep_record
+from attnbench.results.tables import format_params
 from attnbench.runs.rundir import ResumeKey, RunDir
 from attnbench.workers.isolated_e2e import Measure, isolated_points
 
@@ -218,7 +219,7 @@ def run_ranks(args: E2EArgs, console: Console, command: list[str], margs: ModelA
     with ExitStack() as stack:
         run, env, rows, agreements, points = from_leader(tp, lambda: open_run(setup, command, console, stack))
         on = f"{tp.size} x {setup.gpu_name or 'cpu'} (TP {tp.size})" if tp.size > 1 else setup.gpu_name or "cpu"
-        console.print(f"{margs.name} ({params_text(margs.num_params)} params, {setup.dtype_name}) on {on} "
+        console.print(f"{margs.name} ({format_params(margs.num_params / 1e9)}, {setup.dtype_name}) on {on} "
                       f"-> {run.path}", highlight=False)
         if setup.left_out:
             console.print(setup.left_out, highlight=False, soft_wrap=True)
@@ -235,11 +236,6 @@ def run_ranks(args: E2EArgs, console: Console, command: list[str], margs: ModelA
     verdicts = pd.Series([r.get("verdict") for r in rows], dtype=object).value_counts().to_dict()
     check_measured(verdicts, run.path)
     return run.path
-
-
-def params_text(num_params: int) -> str:
-    """1.23 B or 4.5 M: a small model's count is not "0.00 B"."""
-    return f"{num_params / 1e9:.2f} B" if num_params >= 1e8 else f"{num_params / 1e6:.3g} M"
 
 
 def start_eta(setup: Setup, points: list[tuple[int, int, int]], console: Console) -> Eta:

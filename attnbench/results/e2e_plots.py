@@ -1,0 +1,99 @@
+"""PNG plots from e2e result rows: request latency vs batch size, and each strategy / unified.
+
+One panel per (input, output) length pair. Overlaid runs (`attnbench plot A B`) carry a `run`
+column with their label. Titles, legend, ticks and the ratio axis are figures.py's, as for the
+kernel plots, so both kinds of picture say the same things about themselves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from attnbench.results.figures import (Palette, backend_name, finish, line_label, oracle_backends, panels,
+                                       ratio_y, ratios_to_unified, settings_text, swept_x, title)
+from attnbench.results.tables import LINESTYLES, format_params, ratio_names
+
+SETTINGS = [("model", ""), ("params", ""), ("dtype", ""), ("mode", ""), ("chunk_size", "chunked prefill"),
+            ("block_size", "block size"), ("iters", "measured runs per row, at most")]
+BATCH = "batch size (concurrent requests)"
+ROW = ["run", "backend", "mode", "input_len", "output_len", "batch_size"]
+P50_INTERVAL = ("request_p50_ci_low_s", "request_p50_ci_high_s")  # each row's 95 % interval of its p50
+
+
+def ratio_intervals(measured: pd.DataFrame) -> pd.DataFrame:
+    """Per row and strategy, the ratio's interval [low / unified's high, high / unified's low] from
+    the two rows' intervals of the p50 (rows measured with enough runs have them); NaN elsewhere."""
+    if not all(c in measured for c in P50_INTERVAL) or measured[list(P50_INTERVAL)].isna().all().all():
+        return pd.DataFrame(columns=[*ROW, "strategy", "low", "high"])
+    ends = measured.pivot_table(index=ROW, columns="strategy", values=list(P50_INTERVAL), aggfunc="first")
+    low, high = ends[P50_INTERVAL[0]], ends[P50_INTERVAL[1]]
+    others = [s for s in low.columns if s != "unified"] if "unified" in low.columns else []
+    return pd.concat([pd.DataFrame({"low": low[s] / high["unified"], "high": high[s] / low["unified"]})
+                      .reset_index().assign(strategy=s) for s in others] or [pd.DataFrame(columns=[*ROW, "strategy"])],
+                     ignore_index=True)
+
+
+def _measured(df: pd.DataFrame) -> pd.DataFrame:
+    rows = df[df["verdict"].isin(["pass", "fail"])]
+    rows = rows.assign(run=rows["run"] if "run" in rows else "")
+    params = rows["params_b"].map(format_params) if "params_b" in rows else None
+    chunks = rows["chunk_size"].where(rows["chunk_size"] > 0) if "chunk_size" in rows else None
+    return rows.assign(**{k: v for k, v in (("params", params), ("chunk_size", chunks)) if v is not None})
+
+
+def plot_e2e(df: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """e2e_latency.png and e2e_ratio.png (when a run has unified and another strategy); returns the files."""
+    measured = _measured(df)
+    pairs = sorted(set(zip(measured["input_len"], measured["output_len"])))
+    if not pairs:
+        return []
+    oracles = oracle_backends()
+    heading = settings_text(measured, SETTINGS)
+    written = [_latency_figure(measured, pairs, oracles, heading, out_dir / "e2e_latency.png")]
+    ratios = ratios_to_unified(measured, ROW, "request_p50_s")
+    if not ratios.empty:
+        ratios = ratios.merge(ratio_intervals(measured), on=[*ROW, "strategy"], how="left")
+        written.append(_ratio_figure(measured, ratios, pairs, oracles, heading, out_dir / "e2e_ratio.png"))
+    return written
+
+
+def _pair_axis(ax, pair, sizes) -> None:
+    ax.set_title(f"input {pair[0]} / output {pair[1]} tokens", fontsize=10)
+    swept_x(ax, sizes, BATCH, base=2)
+
+
+def _latency_figure(measured, pairs, oracles, heading, path: Path) -> Path:
+    fig, axes = panels(len(pairs))
+    color = Palette()
+    for ax, pair in zip(axes, pairs):
+        sel = measured[(measured["input_len"] == pair[0]) & (measured["output_len"] == pair[1])]
+        for (run, backend, strategy, mode), g in sel.groupby(["run", "backend", "strategy", "mode"]):
+            g = g.sort_values("batch_size")
+            name = line_label(run, backend_name(backend, oracles), mode, strategy)
+            ax.errorbar(g["batch_size"], g["request_p50_s"], yerr=[0 * g["request_p50_s"],
+                        g["request_p90_s"] - g["request_p50_s"]], marker="o", capsize=2, color=color(name),
+                        linestyle=LINESTYLES.get(strategy, ":"), label=name)
+        ax.set_ylabel("p50 request latency, s (bar: p90)")
+        _pair_axis(ax, pair, sel["batch_size"])
+    return finish(fig, axes, title("e2e request latency", measured, heading), path)
+
+
+def _ratio_figure(measured, ratios, pairs, oracles, heading, path: Path) -> Path:
+    fig, axes = panels(len(pairs))
+    color = Palette()
+    names = ratio_names(ratios["strategy"].unique())
+    for ax, pair in zip(axes, pairs):
+        sel = ratios[(ratios["input_len"] == pair[0]) & (ratios["output_len"] == pair[1])]
+        for (run, backend, mode, strategy), g in sel.groupby(["run", "backend", "mode", "strategy"], sort=False):
+            g = g.sort_values("batch_size")
+            name = f"{line_label(run, backend_name(backend, oracles), mode)}: {strategy} / unified"
+            yerr = [(g["ratio"] - g["low"]).fillna(0).clip(lower=0), (g["high"] - g["ratio"]).fillna(0).clip(lower=0)]
+            ax.errorbar(g["batch_size"], g["ratio"], yerr=yerr if g["low"].notna().any() else None, capsize=3,
+                        marker="o", linestyle=LINESTYLES.get(strategy, ":"), color=color(name), label=name)
+        ratio_y(ax, sel["ratio"], sel["low"], sel["high"], f"{names} (> 1: unified faster)")
+        _pair_axis(ax, pair, sel["batch_size"])
+    bars = ("bars: the ratio's interval from the two rows' 95 % intervals of the p50" if ratios["low"].notna().any()
+            else "no interval: the rows hold no interval of their p50 (too few measured runs)")
+    return finish(fig, axes, title(f"e2e {names} of p50 request latency", measured, heading, bars), path)
