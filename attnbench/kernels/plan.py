@@ -17,7 +17,7 @@ passes them in, and a sharded plan holds its shard's points only.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Callable
 
@@ -146,24 +146,63 @@ def check_fits(points: list[SweepPoint], device: torch.device,
                available: int | None = None) -> list[tuple[SweepPoint, str]]:
     """(point, why) for each point that cannot fit where it will run (a CUDA OOM or a MemoryError
     midway, or the machine swapping, is the alternative): those become `skipped` rows and the rest
-    run. A sweep none of whose points fits is refused, naming its largest point."""
+    run. A sweep none of whose points fits is refused, naming its largest point.
+
+    A point's need grows with its token count, so within a family (points that differ only in
+    --tokens) the points that do not fit are its largest ones: each family's largest point is
+    sized, and only a family whose largest point does not fit is searched for where the misfits
+    start. Sizing a point draws its batch (time linear in its tokens): sizing every point of a
+    list of thousands of token counts would take time quadratic in its length."""
     if device.type == "cuda":
         free = torch.cuda.mem_get_info(device)[0] if available is None else available
-        need, where = device_need, f"{free / GiB:.1f} GiB free"
+        size, where = device_need, f"{free / GiB:.1f} GiB free"
     else:
         free = available_host_bytes() if available is None else available
         if free is None:
             return []
-        need, where = lambda p: int(host_bytes(p) * 1.2), f"{free / GiB:.1f} GiB available"  # 20 %: torch's own
-    needs = [need(p) for p in points]
-    unfit = [(p, f"needs ~{n / GiB:.1f} GiB{'' if device.type == 'cuda' else ' on the CPU'}, {where}")
-             for p, n in zip(points, needs) if n > free]
+        size, where = lambda p: int(host_bytes(p) * 1.2), f"{free / GiB:.1f} GiB available"  # 20 %: torch's own
+    needs: dict[int, int] = {}
+
+    def need(point: SweepPoint) -> int:
+        if id(point) not in needs:
+            needs[id(point)] = size(point)
+        return needs[id(point)]
+
+    misfits = [p for family in token_families(points) for p in family[first_misfit(family, need, free):]]
+    left_out = {id(p) for p in misfits}
+    unfit = [(p, f"needs ~{need(p) / GiB:.1f} GiB{'' if device.type == 'cuda' else ' on the CPU'}, {where}")
+             for p in points if id(p) in left_out]
     if len(unfit) == len(points):
-        worst, why = unfit[needs.index(max(needs))]
+        worst, why = max(unfit, key=lambda u: need(u[0]))
         flags = "--tokens/--context" if device.type == "cuda" else "--tokens/--context/--heads/--dim"
         raise UsageError(f"{flags}: the largest point ({worst.kind}, {worst.num_tokens} tokens, "
                          f"{worst.num_heads}x{worst.head_dim}, context {worst.context}) {why}")
     return unfit
+
+
+def token_families(points: list[SweepPoint]) -> list[list[SweepPoint]]:
+    """The points grouped by everything but their token count, each group in order of tokens."""
+    others = [f.name for f in fields(SweepPoint) if f.name != "num_tokens"]
+    families: dict[tuple, list[SweepPoint]] = {}
+    for p in points:
+        families.setdefault(tuple(getattr(p, name) for name in others), []).append(p)
+    return [sorted(family, key=lambda p: p.num_tokens) for family in families.values()]
+
+
+def first_misfit(family: list[SweepPoint], need: Callable[[SweepPoint], int], free: int) -> int:
+    """The index of the family's first point that does not fit (len(family) when all fit): a
+    bisection, sizing about log2(len(family)) points."""
+    low, high = 0, len(family)
+    if need(family[-1]) <= free:
+        return high
+    high -= 1  # family[high] does not fit; find the first that does not
+    while low < high:
+        middle = (low + high) // 2
+        if need(family[middle]) > free:
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def device_need(point: SweepPoint) -> int:
