@@ -27,6 +27,7 @@ from attnbench.device import point_timeout_s, resolve_device
 from attnbench.errors import AttnbenchError, UsageError, check_choices, check_unique
 from attnbench.kernels.backends.registry import EXTRA_BACKEND_ERRORS, REGISTRY, get_backend, resolve_backends
 from attnbench.kernels.inputs import available_host_bytes, host_bytes, input_bytes
+from attnbench.kernels.notices import notices
 from attnbench.kernels.sweep import SweepPlan
 from attnbench.kernels.timing import MODES, TimingConfig
 from attnbench.kernels.workload import DEFAULT_STRATEGIES, KINDS, STRATEGIES, SweepPoint, build_batch
@@ -275,7 +276,7 @@ def plan_sweep(args: KernelArgs, machine: bool = True, device: torch.device | No
     timing = TimingConfig(cold_l2=args.cold_l2 and not on_cpu, budget_ms=budget, rel_spread=args.rel_spread,
                           warmup_ms=0.0 if on_cpu else 25.0, min_samples=3 if on_cpu else 10)
     return SweepPlan(tuple(points), tuple(backends), tuple(args.strategy), tuple(modes), timing, str(device),
-                     notices=tuple(notices(args, device, backends, modes, unfit)), isolate=args.isolate,
+                     notices=tuple(notices(args, device, defaults, backends, modes, unfit)), isolate=args.isolate,
                      point_timeout_s=float(point_timeout), replicates=replicates, unfit=tuple(unfit))
 
 
@@ -305,31 +306,6 @@ def check_backends(args: KernelArgs, points: list[SweepPoint], device: torch.dev
             if all(reasons):
                 raise UsageError(reasons[0] if reasons[0].startswith("--") else f"--backend: {name}: {reasons[0]}")
     return backends
-
-
-def notices(args: KernelArgs, device: torch.device, backends: list[str], modes: list[str],
-            unfit: list[tuple[SweepPoint, str]]) -> list[str]:
-    """What was chosen on the user's behalf, or left out, said before the sweep runs."""
-    on_cpu = device.type == "cpu"
-    defaults = CPU_DEFAULTS if on_cpu else GPU_DEFAULTS
-    scaled = [f"--{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
-              for k, v in defaults.items() if getattr(args, k) is None]
-    said = []
-    if unfit:
-        point, why = unfit[0]
-        said.append(f"{len(unfit)} point(s) cannot fit here (the first: {point.kind}, {point.num_tokens} tokens, "
-                    f"{point.num_heads}x{point.head_dim}, {why}): their rows are `skipped` with the reason.")
-    if on_cpu and scaled:
-        said.append(f"CPU defaults: {' '.join(scaled)} (pass them to choose).")
-    if on_cpu and args.backend is None:
-        said.append("No GPU: running the reference backend on the CPU (plain torch, perf_counter timing).")
-    elif all(REGISTRY[b].oracle for b in backends) and args.backend is None:
-        said.append("No GPU kernel backend is available (see `attnbench backends`): "
-                    "timing the reference backend on the GPU.")
-    if not on_cpu and "graph" in modes and any(not REGISTRY[b].graph_safe for b in backends):
-        unsafe = [b for b in backends if not REGISTRY[b].graph_safe]
-        said.append(f"{', '.join(unsafe)} rows are eager only (not graph-safe).")
-    return said
 
 
 def check_measured(verdicts: dict[str, int], out_dir: Path) -> None:

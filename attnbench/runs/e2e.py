@@ -27,7 +27,16 @@ from attnbench.device import device_name, point_timeout_s
 from attnbench.e2e.engine import estimate_bytes
 from attnbench.e2e.modes import GraphChoice, GraphMode, choose_graphs, cudagraph_of
 from attnbench.e2e.model import ModelArgs, fused
-from attnbench.e2e.parallel import TensorParallel, agree, check_tp, describe, from_leader, rank_args, tensor_parallel
+from attnbench.e2e.parallel import (
+    TensorParallel,
+    agree,
+    check_tp,
+    describe,
+    from_leader,
+    placement,
+    rank_args,
+    tensor_parallel,
+)
 from attnbench.e2e.runner import (
     GiB,
     E2EArgs,
@@ -96,13 +105,27 @@ def measurer(spec: ModelSpec, args: E2EArgs, choices: dict[str, GraphChoice], pr
 
 
 def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
+    margs, path, pairs = prepare_e2e(args)
+    with tensor_parallel(args.tp, args.device) as (tp, device):
+        # every rank measures; rank 0 owns the directory, writes the rows and speaks
+        return run_ranks(args, console if tp.leader else Console(quiet=True), command, margs, path, pairs, tp, device)
+
+
+def prepare_e2e(args: E2EArgs) -> tuple[ModelArgs, Path | None, list[tuple[int, int]]]:
+    """What is checked before any rank starts: the flags, the length pairs, the model, --tp."""
     validate_args(args)
     pairs = length_pairs(args)
     margs, path = resolve_model(args.model)
     check_tp(args.tp, margs)
-    with tensor_parallel(args.tp, args.device) as (tp, device):
-        # every rank measures; rank 0 owns the directory, writes the rows and speaks
-        return run_ranks(args, console if tp.leader else Console(quiet=True), command, margs, path, pairs, tp, device)
+    return margs, path, pairs
+
+
+def check_e2e(args: E2EArgs) -> Setup:
+    """Every check run_e2e makes before its first point, on this machine, running nothing
+    (`attnbench run --check`): the same steps, the ranks' placement without a process group."""
+    margs, path, pairs = prepare_e2e(args)
+    tp, device = placement(args.tp, args.device)
+    return check_setup(args, margs, path, pairs, tp, device)
 
 
 @dataclass
