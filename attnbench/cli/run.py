@@ -119,7 +119,9 @@ def print_e2e_plan(console: Console, sc: Scenario, setup: Setup) -> None:
     """The model, the points, the backends and each one's graphs, and the memory estimate."""
     print_values(console, sc)
     margs = setup.margs
-    console.print(f"{margs.name} ({margs.num_params / 1e9:.2f} B params, {setup.dtype_name}) on "
+    params = margs.num_params
+    size = f"{params / 1e9:.2f} B" if params >= 1e8 else f"{params / 1e6:.2f} M"
+    console.print(f"{margs.name} ({size} params, {setup.dtype_name}) on "
                   f"{setup.gpu_name or 'cpu'}: {len(setup.points)} points x {len(setup.backends)} backend(s) x "
                   f"{len(setup.args.strategy)} strategies, ~{sum(setup.parts.values()) / 2**30:.2f} GiB",
                   highlight=False)

@@ -20,8 +20,11 @@ if TYPE_CHECKING:
 
 
 def notices(args: KernelArgs, device: torch.device, defaults: dict, backends: list[str], modes: list[str],
-            unfit: list[tuple[SweepPoint, str]]) -> list[str]:
-    """What was chosen on the user's behalf, or left out, said before the sweep runs."""
+            unfit: list[tuple[SweepPoint, str]], missing: list[tuple[str, str]] = (),
+            named: bool = False) -> list[str]:
+    """What was chosen on the user's behalf, or left out, said before the sweep runs. missing:
+    (backend, strategy) pairs whose backend has no such strategy: not run when the strategies are
+    the default; `skipped` rows when the user named them (named)."""
     on_cpu = device.type == "cpu"
     scaled = {k: ",".join(map(str, v)) if isinstance(v, list) else v
               for k, v in defaults.items() if getattr(args, k) is None}
@@ -30,6 +33,11 @@ def notices(args: KernelArgs, device: torch.device, defaults: dict, backends: li
         point, why = unfit[0]
         said.append(f"{len(unfit)} point(s) cannot fit here (the first: {point.kind}, {point.num_tokens} tokens, "
                     f"{point.num_heads}x{point.head_dim}, {why}): their rows are `skipped` with the reason.")
+    if missing:
+        pairs = ", ".join(f"{b} {s}" for b, s in missing)
+        said.append(f"Asked for, but the backend lacks the strategy: {pairs}: `skipped` rows say so" if named else
+                    f"Not run, the backend lacking the strategy: {pairs}")
+        said[-1] += " (`attnbench backends` lists each backend's)."
     if on_cpu and (scaled or args.backend is None):
         runs = "the reference backend (plain torch, perf_counter timing)" if args.backend is None else ", ".join(backends)
         said.append(cpu_run_line(runs, scaled))

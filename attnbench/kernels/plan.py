@@ -16,6 +16,8 @@ passes them in, and a sharded plan holds its shard's points only.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import itertools
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -56,7 +58,7 @@ class KernelArgs:
     kv_heads: int | None = None
     tokens: list[int] | None = None  # None: GPU_DEFAULTS or CPU_DEFAULTS
     kind: list[str] = ("all",)
-    strategy: list[str] = DEFAULT_STRATEGIES
+    strategy: list[str] | None = None  # None: DEFAULT_STRATEGIES, each backend running those it has
     backend: list[str] | None = None
     mode: list[str] | None = None
     dtype: str = "bf16"
@@ -149,11 +151,10 @@ def check_fits(points: list[SweepPoint], device: torch.device,
     midway, or the machine swapping, is the alternative): those become `skipped` rows and the rest
     run. A sweep none of whose points fits is refused, naming its largest point.
 
-    A point's need grows with its token count, so within a family (points that differ only in
-    --tokens) the points that do not fit are its largest ones: each family's largest point is
-    sized, and only a family whose largest point does not fit is searched for where the misfits
-    start. Sizing a point draws its batch (time linear in its tokens): sizing every point of a
-    list of thousands of token counts would take time quadratic in its length."""
+    Sizing a point draws its batch, in time linear in its tokens; a point's need grows with its
+    tokens, so each family (points that differ only in --tokens) is bisected for its first misfit:
+    about log2(len(family)) points sized, not all of them (time quadratic in a long --tokens list),
+    and the points after it are said to need more."""
     if device.type == "cuda":
         free = torch.cuda.mem_get_info(device)[0] if available is None else available
         size, where = device_need, f"{free / GiB:.1f} GiB free"
@@ -162,23 +163,20 @@ def check_fits(points: list[SweepPoint], device: torch.device,
         if free is None:
             return []
         size, where = lambda p: int(host_bytes(p) * 1.2), f"{free / GiB:.1f} GiB available"  # 20 %: torch's own
-    needs: dict[int, int] = {}
-
-    def need(point: SweepPoint) -> int:
-        if id(point) not in needs:
-            needs[id(point)] = size(point)
-        return needs[id(point)]
-
-    misfits = [p for family in token_families(points) for p in family[first_misfit(family, need, free):]]
-    left_out = {id(p) for p in misfits}
-    unfit = [(p, f"needs ~{need(p) / GiB:.1f} GiB{'' if device.type == 'cuda' else ' on the CPU'}, {where}")
-             for p in points if id(p) in left_out]
-    if len(unfit) == len(points):
-        worst, why = max(unfit, key=lambda u: need(u[0]))
+    need = functools.cache(size)
+    families = token_families(points)
+    amount = lambda n: f"~{n / GiB:.1f} GiB{'' if device.type == 'cuda' else ' on the CPU'}, {where}"
+    why: dict[int, str] = {}  # the first misfit of a family is sized; the ones after it need more
+    for family in families:
+        first = bisect.bisect_right(family, free, key=need)
+        why.update({id(p): f"needs {'' if p is family[first] else 'over '}{amount(need(family[first]))}"
+                    for p in family[first:]})
+    if len(why) == len(points):
+        worst = max((family[-1] for family in families), key=need)
         flags = "--tokens/--context" if device.type == "cuda" else "--tokens/--context/--heads/--dim"
         raise UsageError(f"{flags}: the largest point ({worst.kind}, {worst.num_tokens} tokens, "
-                         f"{worst.num_heads}x{worst.head_dim}, context {worst.context}) {why}")
-    return unfit
+                         f"{worst.num_heads}x{worst.head_dim}, context {worst.context}) needs {amount(need(worst))}")
+    return [(p, why[id(p)]) for p in points if id(p) in why]
 
 
 def token_families(points: list[SweepPoint]) -> list[list[SweepPoint]]:
@@ -188,22 +186,6 @@ def token_families(points: list[SweepPoint]) -> list[list[SweepPoint]]:
     for p in points:
         families.setdefault(tuple(getattr(p, name) for name in others), []).append(p)
     return [sorted(family, key=lambda p: p.num_tokens) for family in families.values()]
-
-
-def first_misfit(family: list[SweepPoint], need: Callable[[SweepPoint], int], free: int) -> int:
-    """The index of the family's first point that does not fit (len(family) when all fit): a
-    bisection, sizing about log2(len(family)) points."""
-    low, high = 0, len(family)
-    if need(family[-1]) <= free:
-        return high
-    high -= 1  # family[high] does not fit; find the first that does not
-    while low < high:
-        middle = (low + high) // 2
-        if need(family[middle]) > free:
-            high = middle
-        else:
-            low = middle + 1
-    return low
 
 
 def device_need(point: SweepPoint) -> int:
@@ -248,6 +230,8 @@ def plan_sweep(args: KernelArgs, machine: bool = True, device: torch.device | No
     device: where the sweep runs (default: args.device); share(points): the points this run
     measures of the sweep's (a shard of them; runs/kernel.py), before memory is looked at.
     """
+    named = args.strategy is not None  # else each backend runs the default strategies it has
+    args = replace(args, strategy=list(args.strategy or DEFAULT_STRATEGIES))
     check_lists(args)
     device = device or (resolve_device(args.device) if machine else torch.device("cuda"))
     on_cpu = device.type == "cpu"
@@ -270,14 +254,16 @@ def plan_sweep(args: KernelArgs, machine: bool = True, device: torch.device | No
                          TimingConfig(budget_ms=budget, rel_spread=args.rel_spread), str(device),
                          replicates=replicates)
     backends = check_backends(args, points, device)
+    missing = [(b, s) for b in backends for s in args.strategy if s not in REGISTRY[b].strategies]
     unfit = check_fits(points, device)
     left_out = {id(point) for point, _ in unfit}
     points = [p for p in points if id(p) not in left_out]
     timing = TimingConfig(cold_l2=args.cold_l2 and not on_cpu, budget_ms=budget, rel_spread=args.rel_spread,
                           warmup_ms=0.0 if on_cpu else 25.0, min_samples=3 if on_cpu else 10)
+    said = notices(args, device, defaults, backends, modes, unfit, missing, named)
     return SweepPlan(tuple(points), tuple(backends), tuple(args.strategy), tuple(modes), timing, str(device),
-                     notices=tuple(notices(args, device, defaults, backends, modes, unfit)), isolate=args.isolate,
-                     point_timeout_s=float(point_timeout), replicates=replicates, unfit=tuple(unfit))
+                     notices=tuple(said), isolate=args.isolate, point_timeout_s=float(point_timeout),
+                     replicates=replicates, unfit=tuple(unfit), lacking=() if named else tuple(missing))
 
 
 def check_counts(args: KernelArgs, device: torch.device) -> tuple[float, int]:
@@ -301,10 +287,11 @@ def check_backends(args: KernelArgs, points: list[SweepPoint], device: torch.dev
             raise UsageError(f"--strategy: none of {', '.join(backends)} has a {s} strategy "
                              f"(see `attnbench backends`)")
     if args.backend:  # a backend the user named must be able to run something
-        for name in backends:
-            reasons = [get_backend(name).supports(p, s, device) for p in points for s in args.strategy]
-            if all(reasons):
-                raise UsageError(reasons[0] if reasons[0].startswith("--") else f"--backend: {name}: {reasons[0]}")
+        for name in backends:  # stops at the first point and strategy it can run
+            reasons = (get_backend(name).supports(p, s, device) for p in points for s in args.strategy)
+            first = next(reasons)
+            if first and all(reasons):
+                raise UsageError(first if first.startswith("--") else f"--backend: {name}: {first}")
     return backends
 
 

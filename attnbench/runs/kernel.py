@@ -89,7 +89,7 @@ def resume_state(plan: SweepPlan, run: RunDir, env: dict) -> tuple[set[tuple[str
         raise UsageError(f"--resume: {run.path} measured shard {shard_text(old_env)}, this run shard "
                          f"{shard_text(env)}; resume it with its own --shard")
     rows = run.read_rows()
-    done = KEY.completed(rows, {(b, s, m) for b in plan.backends for s in plan.strategies for m in plan.modes})
+    done = KEY.completed(rows, plan.combos())
     return done, [{**files.ADDED_KEYS, **r} for r in rows if point_key(r) in done]
 
 

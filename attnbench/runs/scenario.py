@@ -54,8 +54,8 @@ def refuse_gpu_only(cpu: bool | str | None, device: str, devices: str | None = N
     """A scenario that says it needs a GPU (`cpu = "why"`), where none is visible and the device was
     left to attnbench: one line, before anything runs. --device cpu asks for the CPU anyway."""
     if isinstance(cpu, str) and device == "auto" and not devices and not torch.cuda.is_available():
-        raise UsageError(f"a GPU scenario ({cpu}) and no GPU is visible here; give --device cpu to run it on "
-                         "the CPU anyway")
+        raise UsageError(f"needs a GPU ({cpu}); none is visible here (give --device cpu to run it on the "
+                         "CPU anyway)")
 
 
 def preflight(sweeps: list[KernelArgs]) -> ScenarioPlan:
