@@ -31,7 +31,8 @@ from attnbench.kernels.backends.registry import EXTRA_BACKEND_ERRORS, REGISTRY, 
 from attnbench.kernels.inputs import available_host_bytes, host_bytes, input_bytes
 from attnbench.kernels.notices import notices
 from attnbench.kernels.sweep import SweepPlan
-from attnbench.kernels.timing import MODES, TimingConfig
+from attnbench.kernels.choices import MODES
+from attnbench.kernels.timing import TimingConfig
 from attnbench.kernels.workload import DEFAULT_STRATEGIES, KINDS, STRATEGIES, SweepPoint, build_batch
 
 # The seed's token counts on a GPU. The CPU reference runs a tenth of them on short contexts: a
