@@ -142,12 +142,18 @@ def test_default_strategies_plan_only_those_each_backend_has(tmp_path, monkeypat
 
 
 def test_a_named_strategy_a_backend_lacks_is_a_skipped_row_said_once(tmp_path, monkeypatch):
+    """Strategies other than the default are asked for: a backend lacking one says so in its rows."""
+    from fused_backend import FusedReference
+
     monkeypatch.setitem(registry.REGISTRY, UnifiedOnlyBackend.name, UnifiedOnlyBackend())
+    monkeypatch.setitem(registry.REGISTRY, "fused-ref", FusedReference())
     out = tmp_path / "r"
-    result = invoke(*SMALL, "--backend", f"reference,{UnifiedOnlyBackend.name}", "--strategy", "unified,split",
+    result = invoke(*SMALL, "--backend", f"fused-ref,{UnifiedOnlyBackend.name}", "--strategy", "unified,split,fused",
                     "--out", out)
     assert result.exit_code == 0, result.output
     df = pd.read_csv(out / "results.csv")
-    lacking = df[(df["backend"] == UnifiedOnlyBackend.name) & (df["strategy"] == "split")]
-    assert list(lacking["verdict"]) == ["skipped"] and "has no split strategy" in lacking["reason"].iloc[0]
-    assert result.stdout.count("Asked for, but the backend lacks the strategy") == 1
+    lacking = df[(df["backend"] == UnifiedOnlyBackend.name) & (df["strategy"] != "unified")]
+    assert list(lacking["verdict"]) == ["skipped", "skipped"] and lacking["reason"].str.contains("has no").all()
+    said = " ".join(result.stdout.split())
+    assert said.count(f"Asked for, but the backend lacks the strategy: {UnifiedOnlyBackend.name} split, "
+                      f"{UnifiedOnlyBackend.name} fused") == 1

@@ -28,7 +28,7 @@ def kernel(
     kv_heads: Annotated[Optional[int], typer.Option(help="KV heads (GQA); default = heads. Example: --kv-heads 8")] = None,
     tokens: Annotated[Optional[list], typer.Option(parser=list_of(int, "--tokens", optional=True), help="Query-token counts N per batch (default 100,500,1000 on GPU; 10,50,100 on CPU). Example: --tokens 100,500,1000")] = None,
     kind: Annotated[list, typer.Option(parser=list_of(str, "--kind", choices=lambda: (*KINDS, "all")), help="Batch kinds: decode, prefill, mixed, prefix, specdec, or all. Example: --kind decode,mixed")] = "all",
-    strategy: options.KernelStrategy = None,
+    strategy: options.Strategy = "unified,split",
     backend: options.Backend = None,
     mode: Annotated[Optional[list], typer.Option(parser=list_of(str, "--mode", optional=True, choices=lambda: (*MODES, "both")), help="Timing mode: eager, graph or both (both on GPU, eager on CPU by default). Example: --mode graph")] = "",
     dtype: options.Dtype = "bf16",

@@ -86,11 +86,6 @@ Strategy = Annotated[list, typer.Option(
     parser=list_of(str, "--strategy", choices=lambda: STRATEGIES),
     help="Strategies: unified, split, fused (fused where a backend has it: attnbench backends). "
          "Example: --strategy unified,split,fused")]
-KernelStrategy = Annotated[Optional[list], typer.Option(
-    parser=list_of(str, "--strategy", optional=True, choices=lambda: STRATEGIES),
-    help="Strategies: unified, split, fused (default unified,split, each backend running those it has; a "
-         "strategy named here that a backend lacks is a `skipped` row: attnbench backends lists them). "
-         "Example: --strategy unified,split,fused")]
 Dtype = Annotated[str, typer.Option(parser=one_of("--dtype", lambda: DTYPE_ALIASES, hint="choose bf16 or fp16"),
                                      help="bf16 or fp16. Example: --dtype fp16")]
 BlockSize = Annotated[int, typer.Option(help="KV cache block size, a multiple of 16. Example: --block-size 32")]

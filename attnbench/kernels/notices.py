@@ -8,26 +8,19 @@ has one shape for every command that scales its defaults on the CPU (cpu_run_lin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from attnbench.kernels.backends.registry import REGISTRY
 from attnbench.kernels.workload import SweepPoint
 
-if TYPE_CHECKING:
-    from attnbench.kernels.plan import KernelArgs
 
-
-def notices(args: KernelArgs, device: torch.device, defaults: dict, backends: list[str], modes: list[str],
-            unfit: list[tuple[SweepPoint, str]], missing: list[tuple[str, str]] = (),
+def notices(device: torch.device, scaled: dict[str, str], backend_named: bool, backends: list[str],
+            modes: list[str], unfit: list[tuple[SweepPoint, str]], missing: list[tuple[str, str]] = (),
             named: bool = False) -> list[str]:
-    """What was chosen on the user's behalf, or left out, said before the sweep runs. missing:
-    (backend, strategy) pairs whose backend has no such strategy: not run when the strategies are
-    the default; `skipped` rows when the user named them (named)."""
+    """What was chosen on the user's behalf, or left out, said before the sweep runs. scaled: the
+    defaults the device chose (flag -> value); missing: (backend, strategy) pairs whose backend has
+    no such strategy: not run for the default strategies, `skipped` rows for ones asked for (named)."""
     on_cpu = device.type == "cpu"
-    scaled = {k: ",".join(map(str, v)) if isinstance(v, list) else v
-              for k, v in defaults.items() if getattr(args, k) is None}
     said = []
     if unfit:
         point, why = unfit[0]
@@ -38,10 +31,10 @@ def notices(args: KernelArgs, device: torch.device, defaults: dict, backends: li
         said.append(f"Asked for, but the backend lacks the strategy: {pairs}: `skipped` rows say so" if named else
                     f"Not run, the backend lacking the strategy: {pairs}")
         said[-1] += " (`attnbench backends` lists each backend's)."
-    if on_cpu and (scaled or args.backend is None):
-        runs = "the reference backend (plain torch, perf_counter timing)" if args.backend is None else ", ".join(backends)
+    if on_cpu and (scaled or not backend_named):
+        runs = ", ".join(backends) if backend_named else "the reference backend (plain torch, perf_counter timing)"
         said.append(cpu_run_line(runs, scaled))
-    elif all(REGISTRY[b].oracle for b in backends) and args.backend is None:
+    elif all(REGISTRY[b].oracle for b in backends) and not backend_named:
         said.append("No GPU kernel backend is available (see `attnbench backends`): "
                     "timing the reference backend on the GPU.")
     if not on_cpu and "graph" in modes and any(not REGISTRY[b].graph_safe for b in backends):

@@ -59,7 +59,7 @@ class KernelArgs:
     kv_heads: int | None = None
     tokens: list[int] | None = None  # None: GPU_DEFAULTS or CPU_DEFAULTS
     kind: list[str] = ("all",)
-    strategy: list[str] | None = None  # None: DEFAULT_STRATEGIES, each backend running those it has
+    strategy: list[str] = DEFAULT_STRATEGIES  # these: each backend runs those it has; others: as asked
     backend: list[str] | None = None
     mode: list[str] | None = None
     dtype: str = "bf16"
@@ -231,8 +231,6 @@ def plan_sweep(args: KernelArgs, machine: bool = True, device: torch.device | No
     device: where the sweep runs (default: args.device); share(points): the points this run
     measures of the sweep's (a shard of them; runs/kernel.py), before memory is looked at.
     """
-    named = args.strategy is not None  # else each backend runs the default strategies it has
-    args = replace(args, strategy=list(args.strategy or DEFAULT_STRATEGIES))
     check_lists(args)
     device = device or (resolve_device(args.device) if machine else torch.device("cuda"))
     on_cpu = device.type == "cpu"
@@ -261,7 +259,10 @@ def plan_sweep(args: KernelArgs, machine: bool = True, device: torch.device | No
     points = [p for p in points if id(p) not in left_out]
     timing = TimingConfig(cold_l2=args.cold_l2 and not on_cpu, budget_ms=budget, rel_spread=args.rel_spread,
                           warmup_ms=0.0 if on_cpu else 25.0, min_samples=3 if on_cpu else 10)
-    said = notices(args, device, defaults, backends, modes, unfit, missing, named)
+    named = set(args.strategy) != set(DEFAULT_STRATEGIES)  # asked for: a backend lacking one skips it in rows
+    scaled = {k: ",".join(map(str, v)) if isinstance(v, list) else v
+              for k, v in defaults.items() if getattr(args, k) is None}
+    said = notices(device, scaled, bool(args.backend), backends, modes, unfit, missing, named)
     return SweepPlan(tuple(points), tuple(backends), tuple(args.strategy), tuple(modes), timing, str(device),
                      notices=tuple(said), isolate=args.isolate, point_timeout_s=float(point_timeout),
                      replicates=replicates, unfit=tuple(unfit), lacking=() if named else tuple(missing))
