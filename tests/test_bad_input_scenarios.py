@@ -73,6 +73,7 @@ CHOICES = {
     "verify-device": (["verify", "--device", "cpu0"], "--device"),
     "doctor-device": (["doctor", "--device", "xla"], "--device"),
     "kernel-no-such-option": (["kernel", "--bogus"], "--bogus: no such option"),
+    "run-option-before-its-file": (["run", "--bogus"], "--bogus: not an option of run"),
 }
 
 

@@ -48,6 +48,10 @@ def run(
     from attnbench.runs.scenario import preflight, refuse_gpu_only, run_kernel_scenario
 
     console = make_console(True)
+    if str(scenario).startswith("--"):  # `run --bogus`: an option where the file goes
+        with user_errors(console):
+            raise UsageError(f"{scenario}: not an option of run; the scenario file comes first: "
+                             "attnbench run FILE [--check] [flags of its command]")
     with user_errors(console, prefix=f"{scenario}: "):
         sc = load_scenario(scenario, list(ctx.args))
         confine_paths_from_file(sc, list(ctx.args))
