@@ -98,6 +98,16 @@ class DeadContextBackend(_Misbehaving):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
 
+class UnifiedOnlyBackend(ReferenceBackend):
+    """A kernel backend with the unified strategy only, as FlashInfer's BatchAttention
+    (flashinfer-ba): computes like the reference, misbehaves nowhere."""
+
+    name = "test-unified-only"
+    description = "test only: a backend without a split strategy"
+    oracle = False
+    strategies = ("unified",)
+
+
 ALL = ",".join(f"fake_backends:{name}" for name in ("HangingBackend", "CrashingBackend", "OOMBackend", "FaultingBackend",
                                                     "DeadContextBackend"))
 

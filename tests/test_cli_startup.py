@@ -23,6 +23,21 @@ from attnbench.cli.main import app
 HEAVY = ("torch", "pandas", "matplotlib", "numpy")
 COMMANDS = sorted(typer.main.get_command(app).commands)
 
+# a bad choice of each kind -> the words its one error line holds
+CHOICES = {
+    ("kernel", "--strategy", "unified,bogus"): "--strategy: unknown strategy 'bogus'",
+    ("kernel", "--kind", "decode,nope"): "--kind: unknown kind 'nope'",
+    ("kernel", "--mode", "fast"): "--mode: unknown mode 'fast'",
+    ("kernel", "--dtype", "fp8"): "--dtype: unknown dtype 'fp8'",
+    ("kernel", "--backend", "fa9"): "--backend: unknown backend 'fa9'",
+    ("kernel", "--device", "tpu"): "--device: unknown device 'tpu'",
+    ("e2e", "--strategy", "splat"): "--strategy: unknown strategy 'splat'",
+    ("e2e", "--dtype", "fp32"): "--dtype: unknown dtype 'fp32'",
+    ("verify", "--device", "cuda:x"): "--device: unknown device 'cuda:x'",
+    ("kernel", "--bogus"): "--bogus: no such option (see",  # no hint: nothing is alike (click said --out)
+    ("kernel", "--tokenz", "8"): "--tokenz: no such option; did you mean --tokens?",
+}
+
 # argv -> exit code: help of the app and of every command, then usage errors Typer catches while parsing
 INVOCATIONS = {
     ("--help",): 0,
@@ -30,12 +45,13 @@ INVOCATIONS = {
     **{(command, "--help"): 0 for command in COMMANDS},
     ("--bogus",): 1,
     ("bogus-command",): 1,
-    ("kernel", "--bogus"): 1,
     ("e2e", "--warmup", "many"): 1,  # not an integer
     ("kernel", "--tokens", "8,x"): 1,  # a list flag's parser
     ("verify", "--heads"): 1,  # a flag without its value
     ("compare",): 1,  # a missing argument
     ("merge", "runs/a"): 1,  # a missing required option
+    # a bad choice is refused by the flag's parser, from plain data (kernels/choices.py, workload.py)
+    **{argv: 1 for argv in CHOICES},
 }
 
 # Runs every invocation in one fresh interpreter, as the console script does, and records after
@@ -98,3 +114,20 @@ def test_python_m_attnbench_help_imports_nothing_heavy():
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert sorted(m for m in imported if m.split(".")[0] in HEAVY) == []
     assert "attnbench.cli.main" in imported
+
+
+@pytest.mark.parametrize("argv", list(CHOICES), ids=" ".join)
+def test_a_bad_choice_is_one_line_naming_the_flag(answers, argv):
+    code, imported, out, err = answers[argv]
+    assert (code, imported, out) == (1, [], "")
+    assert err.startswith("error: ") and CHOICES[argv] in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_plain_backend_names_are_the_registrys():
+    """The names --backend is checked against before torch are the registry's own backends."""
+    from attnbench.kernels.backends import registry
+    from attnbench.kernels.choices import BACKENDS
+    from attnbench.kernels.timing import MODES
+
+    assert tuple(registry.REGISTRY)[:len(BACKENDS)] == BACKENDS  # ATTNBENCH_EXTRA_BACKENDS come after them
+    assert MODES == ("eager", "graph")

@@ -229,7 +229,8 @@ def test_e2e_scenarios_call_the_e2e_command(tmp_path, monkeypatch, cli):
     as the command line's would."""
     received = []
     monkeypatch.setattr(run_cmd, "start_e2e", received.append)
-    result = cli("run", SCENARIOS / "seed-e2e-table.toml", "--eager", "--iters", "5")
+    # a GPU scenario (cpu = "..."): --device cpu runs it anyway where no GPU is visible
+    result = cli("run", SCENARIOS / "seed-e2e-table.toml", "--eager", "--iters", "5", "--device", "cpu")
     assert result.exit_code == 0, result.output
     (args,) = received
     assert (args.model, args.input_len, args.output_len, args.batch_size, args.eager, args.iters) == (

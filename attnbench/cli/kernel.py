@@ -16,6 +16,8 @@ from attnbench.cli import options
 from attnbench.cli.common import command_line, user_errors
 from attnbench.cli.options import list_of, parse_shapes
 from attnbench.console import make_console
+from attnbench.kernels.choices import MODES
+from attnbench.kernels.workload import KINDS
 
 
 def kernel(
@@ -25,10 +27,10 @@ def kernel(
     shapes: Annotated[Optional[list], typer.Option(parser=parse_shapes, help="(heads x dim) pairs instead of the --heads x --dim product; HEADS/KVxDIM gives a shape its own kv heads. Example: --shapes 12x64,32/8x128")] = None,
     kv_heads: Annotated[Optional[int], typer.Option(help="KV heads (GQA); default = heads. Example: --kv-heads 8")] = None,
     tokens: Annotated[Optional[list], typer.Option(parser=list_of(int, "--tokens", optional=True), help="Query-token counts N per batch (default 100,500,1000 on GPU; 10,50,100 on CPU). Example: --tokens 100,500,1000")] = None,
-    kind: Annotated[list, typer.Option(parser=list_of(str, "--kind"), help="Batch kinds: decode, prefill, mixed, prefix, specdec, or all. Example: --kind decode,mixed")] = "all",
+    kind: Annotated[list, typer.Option(parser=list_of(str, "--kind", choices=lambda: (*KINDS, "all")), help="Batch kinds: decode, prefill, mixed, prefix, specdec, or all. Example: --kind decode,mixed")] = "all",
     strategy: options.Strategy = "unified,split",
     backend: options.Backend = None,
-    mode: Annotated[Optional[list], typer.Option(parser=list_of(str, "--mode", optional=True), help="Timing mode: eager, graph or both (both on GPU, eager on CPU by default). Example: --mode graph")] = "",
+    mode: Annotated[Optional[list], typer.Option(parser=list_of(str, "--mode", optional=True, choices=lambda: (*MODES, "both")), help="Timing mode: eager, graph or both (both on GPU, eager on CPU by default). Example: --mode graph")] = "",
     dtype: options.Dtype = "bf16",
     block_size: options.BlockSize = 16,
     context: Annotated[Optional[str], typer.Option(help="KV length of decode/specdec sequences and of the mixed chunk's prefix: a number or uniform:LOW:HIGH (default 1024 on GPU, 256 on CPU). Example: --context uniform:1:4096")] = None,

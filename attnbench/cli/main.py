@@ -7,6 +7,7 @@ parse errors join attnbench's error convention (common.py): one `error:` line on
 
 from __future__ import annotations
 
+import difflib
 import sys
 from typing import Any, Sequence
 
@@ -22,12 +23,16 @@ try:  # a recent Typer parses with its own copy of click; an older one with clic
 except ImportError:
     from click import exceptions as click_errors
 NO_ARGS_IS_HELP = getattr(click_errors, "NoArgsIsHelpError", ())  # click >= 8.2
+SUGGEST_CUTOFF = 0.75  # a typo (--tokenz: --tokens, 0.88 alike) is suggested; an unrelated word is not
 
 
 def click_message(exc: click_errors.ClickException) -> str:
     """A click error as attnbench words it: the flag first, then what is wrong, then where to look."""
     param = getattr(exc, "param", None)
-    if isinstance(exc, click_errors.BadParameter) and not isinstance(exc, click_errors.MissingParameter) and param is not None:
+    if isinstance(exc, click_errors.NoSuchOption):  # click's hint is any option 60 % alike ("--bogus": --out)
+        close = difflib.get_close_matches(exc.option_name, exc.possibilities or [], n=1, cutoff=SUGGEST_CUTOFF)
+        text = f"{exc.option_name}: no such option{f'; did you mean {close[0]}?' if close else ''}"
+    elif isinstance(exc, click_errors.BadParameter) and not isinstance(exc, click_errors.MissingParameter) and param is not None:
         name = param.opts[0] if param.param_type_name == "option" else param.human_readable_name
         text = f"{name}: {exc.message}"
     else:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated, Callable, Iterable, Optional
 
 import typer
 
-from attnbench.errors import UsageError
+from attnbench.errors import UsageError, check_choices
+from attnbench.kernels.choices import DEVICE, known_backends
+from attnbench.kernels.workload import DTYPE_ALIASES, STRATEGIES
 
 
 def parse_list(text: str, flag: str, cast=int) -> list:
@@ -29,16 +31,35 @@ def parse_list(text: str, flag: str, cast=int) -> list:
     return values
 
 
-def list_of(cast, flag: str, optional: bool = False) -> Callable[[object], list | None]:
+def list_of(cast, flag: str, optional: bool = False,
+            choices: Callable[[], tuple[str, ...] | None] | None = None) -> Callable[[object], list | None]:
     """The parser of a list flag: comma-separated text (or a list already parsed) -> a typed list;
     an empty value is None for an optional flag (the command picks its default) and refused otherwise;
-    a flag not given (None) stays None."""
+    a flag not given (None) stays None. choices(): the values it takes (None: not known yet), checked
+    here, before the command imports what it runs."""
     def parse(value):
         if isinstance(value, (list, tuple)):
-            return list(value)
-        if value is None or (optional and value == ""):
+            values = list(value)
+        elif value is None or (optional and value == ""):
             return None
-        return parse_list(value, flag, cast)
+        else:
+            values = parse_list(value, flag, cast)
+        allowed = choices() if choices else None
+        if allowed is not None:
+            check_choices(values, allowed, flag, flag.lstrip("-").replace("-", " "))
+        return values
+    return parse
+
+
+def one_of(flag: str, allowed: Callable[[], Iterable[str]], pattern: re.Pattern | None = None,
+           hint: str = "") -> Callable[[object], str]:
+    """The parser of a flag that takes one name: one of allowed() or matching `pattern`, else one
+    line naming the flag and what it takes (`hint`, or the names)."""
+    def parse(value) -> str:
+        text = str(value)
+        if text in allowed() or (pattern is not None and pattern.fullmatch(text)):
+            return text
+        raise UsageError(f"{flag}: unknown {flag.lstrip('-')} {text!r}; {hint or 'choose ' + ', '.join(allowed())}")
     return parse
 
 
@@ -59,15 +80,17 @@ def parse_shapes(text) -> list[tuple[int, ...]] | None:
 
 
 Backend = Annotated[Optional[list], typer.Option(
-    parser=list_of(str, "--backend", optional=True),
+    parser=list_of(str, "--backend", optional=True, choices=known_backends),
     help="Backends (default: every available kernel backend; reference on CPU). Example: --backend vllm-fa2")]
 Strategy = Annotated[list, typer.Option(
-    parser=list_of(str, "--strategy"),
+    parser=list_of(str, "--strategy", choices=lambda: STRATEGIES),
     help="Strategies: unified, split, fused (fused where a backend has it: attnbench backends). "
          "Example: --strategy unified,split,fused")]
-Dtype = Annotated[str, typer.Option(help="bf16 or fp16. Example: --dtype fp16")]
+Dtype = Annotated[str, typer.Option(parser=one_of("--dtype", lambda: DTYPE_ALIASES, hint="choose bf16 or fp16"),
+                                     help="bf16 or fp16. Example: --dtype fp16")]
 BlockSize = Annotated[int, typer.Option(help="KV cache block size, a multiple of 16. Example: --block-size 32")]
-Device = Annotated[str, typer.Option(help="auto, cuda, cuda:N or cpu. Example: --device cpu")]
+Device = Annotated[str, typer.Option(parser=one_of("--device", lambda: (), DEVICE, "use auto, cuda, cuda:N or cpu"),
+                                      help="auto, cuda, cuda:N or cpu. Example: --device cpu")]
 Force = Annotated[bool, typer.Option(help="Write into an --out that holds an earlier run, removing the files attnbench "
                                           "wrote there first (other files stay). Example: --force")]
 

@@ -8,6 +8,10 @@ takes a comma-separated list. Precedence: the command's defaults < the file < fl
 checked before anything runs, by the same validators as the command line: a file that is not
 UTF-8 TOML, an unknown key, a wrong type or a bad value is refused with the key's name.
 
+Beside `command`, one key is the file's own: `cpu = true` (it runs on the CPU) or `cpu = "why
+not"` (a GPU scenario: on a machine without a GPU, `attnbench run` and its `--check` refuse it
+with that reason, unless --device cpu asks for the CPU anyway).
+
 One thing a file can say that one `attnbench kernel` call cannot: `context = [1024, 4096]`. Each
 value runs as its own sweep into OUT/context-VALUE/, and their rows are merged into OUT/results.csv,
 so OUT reads as one run for compare, export and plot.
@@ -51,6 +55,7 @@ class Scenario:
     contexts: list         # kernel: one sweep per entry ([None]: the device default)
     text: str
     given: dict            # key -> value set by the file or an override
+    cpu: bool | str | None = None  # `cpu = true`: runs on the CPU; `cpu = "why not"`: a GPU scenario; None: not said
 
     @property
     def name(self) -> str:
@@ -126,6 +131,10 @@ def load_scenario(path: Path, overrides: list[str] | None = None) -> Scenario:
     command = data.pop("command", None)
     if not isinstance(command, str) or command not in COMMANDS:
         raise UsageError(f"command: expected one of {', '.join(map(repr, COMMANDS))}, got {command!r}")
+    cpu = data.pop("cpu", None)
+    if not (cpu is None or cpu is True or (isinstance(cpu, str) and cpu.strip())):
+        raise UsageError(f"cpu: expected true (it runs on the CPU) or a string saying why it does not, got "
+                         f"{_type_name(cpu)} {cpu!r}")
     flags = command_flags(command)
     given = {}
     for raw_key, value in data.items():
@@ -155,7 +164,7 @@ def load_scenario(path: Path, overrides: list[str] | None = None) -> Scenario:
         args = e2e_args(values)
         validate_args(args)
         length_pairs(args)
-    return Scenario(path, command, values, contexts, text, given)
+    return Scenario(path, command, values, contexts, text, given, cpu)
 
 
 def read_text(path: Path) -> str:

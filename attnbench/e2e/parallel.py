@@ -141,32 +141,45 @@ def _rank_device(device_flag: str, local_rank: int) -> torch.device:
     return torch.device("cuda", local_rank)
 
 
-@contextmanager
-def tensor_parallel(tp: int, device_flag: str) -> Iterator[tuple[TensorParallel, torch.device]]:
-    """This process's rank and device. --tp 1: no process group, --device as given. --tp N: under
-    torchrun (RANK, WORLD_SIZE = N, LOCAL_RANK), NCCL on cuda:LOCAL_RANK or gloo on the CPU."""
+def placement(tp: int, device_flag: str) -> tuple[TensorParallel, torch.device]:
+    """This process's rank and device, checked as tensor_parallel checks them, without starting a
+    process group (so `attnbench run --check` refuses what the run would). --tp N needs N devices
+    and, to run, one process per rank under torchrun."""
     world = os.environ.get("WORLD_SIZE")
     if tp == 1:
         if world is not None and world != "1":
             raise UsageError(f"--tp 1 under torchrun with WORLD_SIZE={world}: every process would run the whole "
                              f"model on its own; give --tp {world} to split it over them")
-        yield SINGLE, select(resolve_device(device_flag))
-        return
+        return SINGLE, select(resolve_device(device_flag))
     if world is None:
+        device = resolve_device(device_flag)
+        if device.type == "cuda" and torch.cuda.device_count() < tp:
+            raise UsageError(f"--tp {tp}: needs {tp} GPUs, one per rank; this machine has {torch.cuda.device_count()}")
         raise UsageError(f"--tp {tp}: needs one process per rank; run it under torchrun: python -m "
                          f"torch.distributed.run --nproc-per-node {tp} -m attnbench e2e ... --tp {tp}")
     if world != str(tp):
         raise UsageError(f"--tp {tp}: torchrun started WORLD_SIZE={world} processes; --tp must equal "
                          "--nproc-per-node x nodes")
     rank = int(os.environ["RANK"])
-    device = _rank_device(device_flag, int(os.environ.get("LOCAL_RANK", rank)))
+    return TensorParallel(rank, tp), _rank_device(device_flag, int(os.environ.get("LOCAL_RANK", rank)))
+
+
+@contextmanager
+def tensor_parallel(tp: int, device_flag: str) -> Iterator[tuple[TensorParallel, torch.device]]:
+    """This process's rank and device (placement). --tp 1: no process group, --device as given.
+    --tp N: under torchrun (RANK, WORLD_SIZE = N, LOCAL_RANK), NCCL on cuda:LOCAL_RANK or gloo on the CPU."""
+    here, device = placement(tp, device_flag)
+    if tp == 1:
+        yield here, device
+        return
+    rank = here.rank
     if device.type == "cuda":
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", rank=rank, world_size=tp, device_id=device)
     else:
         dist.init_process_group("gloo", rank=rank, world_size=tp)
     try:
-        yield TensorParallel(rank, tp), device
+        yield here, device
         # every rank done before any tears its group down: without it a rank that finished first
         # (rank 1 of tp_agreement) sometimes aborted at exit under gloo ("terminate called without
         # an active exception", 4 of ~30 CPU runs; 0 of 14 with it). Not on an error: torchrun ends the rest
@@ -241,8 +254,10 @@ def describe(tp: TensorParallel) -> dict:
 
 def agree(tp: TensorParallel, fn: Callable[[], T]) -> T:
     """fn() on every rank; if it fails on any, every rank fails with that message (a rank that went
-    on alone would wait in its next collective until the process group's timeout)."""
-    if tp.size == 1:
+    on alone would wait in its next collective until the process group's timeout). Without a
+    process group (`attnbench run --check` under torchrun checks before any starts) each rank
+    answers for itself."""
+    if tp.size == 1 or not dist.is_initialized():
         return fn()
     error, result = None, None
     try:

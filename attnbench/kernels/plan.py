@@ -16,8 +16,10 @@ passes them in, and a sharded plan holds its shard's points only.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Callable
 
@@ -27,8 +29,10 @@ from attnbench.device import point_timeout_s, resolve_device
 from attnbench.errors import AttnbenchError, UsageError, check_choices, check_unique
 from attnbench.kernels.backends.registry import EXTRA_BACKEND_ERRORS, REGISTRY, get_backend, resolve_backends
 from attnbench.kernels.inputs import available_host_bytes, host_bytes, input_bytes
+from attnbench.kernels.notices import notices
 from attnbench.kernels.sweep import SweepPlan
-from attnbench.kernels.timing import MODES, TimingConfig
+from attnbench.kernels.choices import MODES
+from attnbench.kernels.timing import TimingConfig
 from attnbench.kernels.workload import DEFAULT_STRATEGIES, KINDS, STRATEGIES, SweepPoint, build_batch
 
 # The seed's token counts on a GPU. The CPU reference runs a tenth of them on short contexts: a
@@ -55,7 +59,7 @@ class KernelArgs:
     kv_heads: int | None = None
     tokens: list[int] | None = None  # None: GPU_DEFAULTS or CPU_DEFAULTS
     kind: list[str] = ("all",)
-    strategy: list[str] = DEFAULT_STRATEGIES
+    strategy: list[str] = DEFAULT_STRATEGIES  # these: each backend runs those it has; others: as asked
     backend: list[str] | None = None
     mode: list[str] | None = None
     dtype: str = "bf16"
@@ -146,24 +150,43 @@ def check_fits(points: list[SweepPoint], device: torch.device,
                available: int | None = None) -> list[tuple[SweepPoint, str]]:
     """(point, why) for each point that cannot fit where it will run (a CUDA OOM or a MemoryError
     midway, or the machine swapping, is the alternative): those become `skipped` rows and the rest
-    run. A sweep none of whose points fits is refused, naming its largest point."""
+    run. A sweep none of whose points fits is refused, naming its largest point.
+
+    Sizing a point draws its batch, in time linear in its tokens; a point's need grows with its
+    tokens, so each family (points that differ only in --tokens) is bisected for its first misfit:
+    about log2(len(family)) points sized, not all of them (time quadratic in a long --tokens list),
+    and the points after it are said to need more."""
     if device.type == "cuda":
         free = torch.cuda.mem_get_info(device)[0] if available is None else available
-        need, where = device_need, f"{free / GiB:.1f} GiB free"
+        size, where = device_need, f"{free / GiB:.1f} GiB free"
     else:
         free = available_host_bytes() if available is None else available
         if free is None:
             return []
-        need, where = lambda p: int(host_bytes(p) * 1.2), f"{free / GiB:.1f} GiB available"  # 20 %: torch's own
-    needs = [need(p) for p in points]
-    unfit = [(p, f"needs ~{n / GiB:.1f} GiB{'' if device.type == 'cuda' else ' on the CPU'}, {where}")
-             for p, n in zip(points, needs) if n > free]
-    if len(unfit) == len(points):
-        worst, why = unfit[needs.index(max(needs))]
+        size, where = lambda p: int(host_bytes(p) * 1.2), f"{free / GiB:.1f} GiB available"  # 20 %: torch's own
+    need = functools.cache(size)
+    families = token_families(points)
+    amount = lambda n: f"~{n / GiB:.1f} GiB{'' if device.type == 'cuda' else ' on the CPU'}, {where}"
+    why: dict[int, str] = {}  # the first misfit of a family is sized; the ones after it need more
+    for family in families:
+        first = bisect.bisect_right(family, free, key=need)
+        why.update({id(p): f"needs {'' if p is family[first] else 'over '}{amount(need(family[first]))}"
+                    for p in family[first:]})
+    if len(why) == len(points):
+        worst = max((family[-1] for family in families), key=need)
         flags = "--tokens/--context" if device.type == "cuda" else "--tokens/--context/--heads/--dim"
         raise UsageError(f"{flags}: the largest point ({worst.kind}, {worst.num_tokens} tokens, "
-                         f"{worst.num_heads}x{worst.head_dim}, context {worst.context}) {why}")
-    return unfit
+                         f"{worst.num_heads}x{worst.head_dim}, context {worst.context}) needs {amount(need(worst))}")
+    return [(p, why[id(p)]) for p in points if id(p) in why]
+
+
+def token_families(points: list[SweepPoint]) -> list[list[SweepPoint]]:
+    """The points grouped by everything but their token count, each group in order of tokens."""
+    others = [f.name for f in fields(SweepPoint) if f.name != "num_tokens"]
+    families: dict[tuple, list[SweepPoint]] = {}
+    for p in points:
+        families.setdefault(tuple(getattr(p, name) for name in others), []).append(p)
+    return [sorted(family, key=lambda p: p.num_tokens) for family in families.values()]
 
 
 def device_need(point: SweepPoint) -> int:
@@ -230,14 +253,19 @@ def plan_sweep(args: KernelArgs, machine: bool = True, device: torch.device | No
                          TimingConfig(budget_ms=budget, rel_spread=args.rel_spread), str(device),
                          replicates=replicates)
     backends = check_backends(args, points, device)
+    missing = [(b, s) for b in backends for s in args.strategy if s not in REGISTRY[b].strategies]
     unfit = check_fits(points, device)
     left_out = {id(point) for point, _ in unfit}
     points = [p for p in points if id(p) not in left_out]
     timing = TimingConfig(cold_l2=args.cold_l2 and not on_cpu, budget_ms=budget, rel_spread=args.rel_spread,
                           warmup_ms=0.0 if on_cpu else 25.0, min_samples=3 if on_cpu else 10)
+    named = set(args.strategy) != set(DEFAULT_STRATEGIES)  # asked for: a backend lacking one skips it in rows
+    scaled = {k: ",".join(map(str, v)) if isinstance(v, list) else v
+              for k, v in defaults.items() if getattr(args, k) is None}
+    said = notices(device, scaled, bool(args.backend), backends, modes, unfit, missing, named)
     return SweepPlan(tuple(points), tuple(backends), tuple(args.strategy), tuple(modes), timing, str(device),
-                     notices=tuple(notices(args, device, backends, modes, unfit)), isolate=args.isolate,
-                     point_timeout_s=float(point_timeout), replicates=replicates, unfit=tuple(unfit))
+                     notices=tuple(said), isolate=args.isolate, point_timeout_s=float(point_timeout),
+                     replicates=replicates, unfit=tuple(unfit), lacking=() if named else tuple(missing))
 
 
 def check_counts(args: KernelArgs, device: torch.device) -> tuple[float, int]:
@@ -261,36 +289,12 @@ def check_backends(args: KernelArgs, points: list[SweepPoint], device: torch.dev
             raise UsageError(f"--strategy: none of {', '.join(backends)} has a {s} strategy "
                              f"(see `attnbench backends`)")
     if args.backend:  # a backend the user named must be able to run something
-        for name in backends:
-            reasons = [get_backend(name).supports(p, s, device) for p in points for s in args.strategy]
-            if all(reasons):
-                raise UsageError(reasons[0] if reasons[0].startswith("--") else f"--backend: {name}: {reasons[0]}")
+        for name in backends:  # stops at the first point and strategy it can run
+            reasons = (get_backend(name).supports(p, s, device) for p in points for s in args.strategy)
+            first = next(reasons)
+            if first and all(reasons):
+                raise UsageError(first if first.startswith("--") else f"--backend: {name}: {first}")
     return backends
-
-
-def notices(args: KernelArgs, device: torch.device, backends: list[str], modes: list[str],
-            unfit: list[tuple[SweepPoint, str]]) -> list[str]:
-    """What was chosen on the user's behalf, or left out, said before the sweep runs."""
-    on_cpu = device.type == "cpu"
-    defaults = CPU_DEFAULTS if on_cpu else GPU_DEFAULTS
-    scaled = [f"--{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
-              for k, v in defaults.items() if getattr(args, k) is None]
-    said = []
-    if unfit:
-        point, why = unfit[0]
-        said.append(f"{len(unfit)} point(s) cannot fit here (the first: {point.kind}, {point.num_tokens} tokens, "
-                    f"{point.num_heads}x{point.head_dim}, {why}): their rows are `skipped` with the reason.")
-    if on_cpu and scaled:
-        said.append(f"CPU defaults: {' '.join(scaled)} (pass them to choose).")
-    if on_cpu and args.backend is None:
-        said.append("No GPU: running the reference backend on the CPU (plain torch, perf_counter timing).")
-    elif all(REGISTRY[b].oracle for b in backends) and args.backend is None:
-        said.append("No GPU kernel backend is available (see `attnbench backends`): "
-                    "timing the reference backend on the GPU.")
-    if not on_cpu and "graph" in modes and any(not REGISTRY[b].graph_safe for b in backends):
-        unsafe = [b for b in backends if not REGISTRY[b].graph_safe]
-        said.append(f"{', '.join(unsafe)} rows are eager only (not graph-safe).")
-    return said
 
 
 def check_measured(verdicts: dict[str, int], out_dir: Path) -> None:

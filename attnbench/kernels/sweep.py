@@ -64,6 +64,12 @@ class SweepPlan:
     point_timeout_s: float = 600.0  # the worker's watchdog: longest silence before a point is a timeout
     replicates: int = 1  # each row measured this many times, on fresh inputs, plan and graph
     unfit: tuple[tuple[SweepPoint, str], ...] = ()  # points left out (too big here) and why: `skipped` rows
+    lacking: tuple[tuple[str, str], ...] = ()  # (backend, strategy) the backend does not have: no rows at all
+
+    def combos(self) -> set[tuple[str, str, str]]:
+        """(backend, strategy, mode) of every row a point of this plan writes."""
+        return {(b, s, m) for b in self.backends for s in self.strategies for m in self.modes
+                if (b, s) not in self.lacking}
 
 
 OOM_MARKERS = ("OutOfMemoryError", "out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
@@ -136,6 +142,8 @@ class PointRunner:
             package, version = backend.library()
             for mode in self.plan.modes:
                 for strategy in self.plan.strategies:
+                    if (backend.name, strategy) in self.plan.lacking:
+                        continue
                     row = {**self.base, **cells(RunColumns(self.device.type, self.gpu_name or "cpu", backend.name,
                                                            package, version, strategy, mode, l2))}
                     slot = slots[(backend.name, strategy, mode)] = Slot(row)
@@ -155,8 +163,8 @@ class PointRunner:
         """One replicate of one backend: plan every live strategy afresh, then check and time each mode."""
         prepared: dict[str, Prepared] = {}
         for strategy in self.plan.strategies:
-            live = [slots[(backend.name, strategy, m)] for m in self.plan.modes]
-            live = [slot for slot in live if slot.final is None]
+            live = [slots.get((backend.name, strategy, m)) for m in self.plan.modes]
+            live = [slot for slot in live if slot is not None and slot.final is None]
             if not live:
                 continue
             try:

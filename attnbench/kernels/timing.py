@@ -34,7 +34,7 @@ from typing import Callable, Iterator
 
 import torch
 
-MODES = ("eager", "graph")
+from attnbench.kernels.choices import MODES
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ from attnbench.e2e.args import (E2EArgs, check_counts, cpu_line, length_pairs, r
 from attnbench.e2e.engine import estimate_bytes
 from attnbench.e2e.modes import GraphChoice, GraphMode, choose_graphs, cudagraph_of
 from attnbench.e2e.model import ModelArgs, fused
-from attnbench.e2e.parallel import TensorParallel, agree, check_tp, describe, from_leader, rank_args, tensor_parallel
+from attnbench.e2e.parallel import TensorParallel, agree, check_tp, describe, from_leader, placement, rank_args,
+                                   tensor_parallel
 from attnbench.e2e.runner import GiB, ModelSpec, attention_point, check_fits, resolve_model, run_point
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.interrupts import SignalReceived, interrupted, signals_raise
@@ -95,18 +96,33 @@ def measurer(spec: ModelSpec, args: E2EArgs, choices: dict[str, GraphChoice], pr
 
 
 def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
-    validate_args(args)
-    args, scaled = with_device_defaults(args, resolve_device(args.device).type)
-    check_counts(args)  # --min-iters against an --iters the device chose
-    pairs = length_pairs(args)
-    margs, path = resolve_model(args.model)
-    check_tp(args.tp, margs)
+    args, scaled, margs, path, pairs = prepare_e2e(args)
     with tensor_parallel(args.tp, args.device) as (tp, device):
         # every rank measures; rank 0 owns the directory, writes the rows and speaks
         speaker = console if tp.leader else Console(quiet=True)
         if scaled:
             speaker.print(cpu_line(scaled), highlight=False, soft_wrap=True)
         return run_ranks(args, speaker, command, margs, path, pairs, tp, device)
+
+
+def prepare_e2e(args: E2EArgs) -> tuple[E2EArgs, list[str], ModelArgs, Path | None, list[tuple[int, int]]]:
+    """What is checked before any rank starts: the flags (the device's defaults filled in, and the
+    flags it filled), the length pairs, the model, --tp."""
+    validate_args(args)
+    args, scaled = with_device_defaults(args, resolve_device(args.device).type)
+    check_counts(args)  # --min-iters against an --iters the device chose
+    pairs = length_pairs(args)
+    margs, path = resolve_model(args.model)
+    check_tp(args.tp, margs)
+    return args, scaled, margs, path, pairs
+
+
+def check_e2e(args: E2EArgs) -> Setup:
+    """Every check run_e2e makes before its first point, on this machine, running nothing
+    (`attnbench run --check`): the same steps, the ranks' placement without a process group."""
+    args, _, margs, path, pairs = prepare_e2e(args)
+    tp, device = placement(args.tp, args.device)
+    return check_setup(args, margs, path, pairs, tp, device)
 
 
 @dataclass

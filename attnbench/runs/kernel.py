@@ -89,7 +89,7 @@ def resume_state(plan: SweepPlan, run: RunDir, env: dict,
     whole: the plan of every point the directory's rows may hold (torchrun: every rank's)."""
     rows = resumable_rows(whole or plan, run, env)
     run.reopen()
-    done = KEY.completed(rows, {(b, s, m) for b in plan.backends for s in plan.strategies for m in plan.modes})
+    done = KEY.completed(rows, plan.combos())
     return done, [{**files.ADDED_KEYS, **r} for r in rows if point_key(r) in done]
 
 

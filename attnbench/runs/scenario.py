@@ -50,8 +50,17 @@ def context_dir(context: str) -> str:
     return "context-" + re.sub(r"[^0-9a-z]+", "-", str(context).lower()).strip("-")
 
 
+def refuse_gpu_only(cpu: bool | str | None, device: str, devices: str | None = None) -> None:
+    """A scenario that says it needs a GPU (`cpu = "why"`), where none is visible and the device was
+    left to attnbench: one line, before anything runs. --device cpu asks for the CPU anyway."""
+    if isinstance(cpu, str) and device == "auto" and not devices and not torch.cuda.is_available():
+        raise UsageError(f"needs a GPU ({cpu}); none is visible here (give --device cpu to run it on the "
+                         "CPU anyway)")
+
+
 def preflight(sweeps: list[KernelArgs]) -> ScenarioPlan:
-    """Every sweep of the scenario (one per context), planned on this machine before any runs."""
+    """Every sweep of the scenario (one per context), planned on this machine before any runs:
+    what the run plans, so that `--check` refuses what the run would (kernels/plan.py)."""
     planned = []
     for args in sweeps:
         plan = plan_kernel(args)
