@@ -107,3 +107,29 @@ def test_a_kernel_that_kills_the_context_in_process_ends_with_one_line_not_a_tra
     result = invoke(*SWEEP, "--backend", "test-dead-context", "--isolate", "--resume", out)
     assert result.exit_code == 0, result.output
     assert rows_by_tokens(out) == {4: ["pass", "pass"], 8: ["crashed", "crashed"], 12: ["pass", "pass"]}
+
+
+E2E = ["e2e", "--model", "tiny", "--input-len", "8", "--output-len", "3", "--batch-size", "1,2,3", "--warmup", "0",
+       "--iters", "1", "--device", "cpu"]
+
+
+def test_an_e2e_fault_after_a_point_stops_the_run_in_one_line_keeping_the_points_before(tmp_path, monkeypatch):
+    """The headline e2e grid on a GPU met a fault mid-run and ended in a traceback from the agreement
+    check (the check runs' logits lived in the dead context): now it stops as the kernel job does."""
+    out = tmp_path / "run"
+    with monkeypatch.context() as m:
+        m.setattr(pool, "cuda_healthy", dies_after_point(2))
+        result = invoke(*E2E, "--out", out)
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1] == (
+        f"error: the CUDA context died at point in 8 / out 3 / batch 2 ({DeadContextError.__name__}: {ILLEGAL}); "
+        f"the 1 point(s) measured before it are in {out}; run again with --isolate --resume {out} to measure "
+        "the rest (each point in its own process)")
+    df = pd.read_csv(out / "results.csv")
+    assert sorted(df["batch_size"].unique()) == [1, 2] and (out / "summary.md").exists()
+
+    result = invoke(*E2E, "--isolate", "--resume", out)
+    assert result.exit_code == 0, result.output
+    assert sorted(pd.read_csv(out / "results.csv")["batch_size"].unique()) == [1, 2, 3]

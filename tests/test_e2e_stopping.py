@@ -80,12 +80,12 @@ def test_cpu_defaults_fill_only_what_the_user_left_out():
     assert args.input_len == [64] and args.iters == 7
     assert (args.model, args.output_len, args.batch_size, args.warmup) == (
         CPU_DEFAULTS["model"], CPU_DEFAULTS["output_len"], CPU_DEFAULTS["batch_size"], CPU_DEFAULTS["warmup"])
-    assert scaled == ["--model tiny", "--output-len 4", "--batch-size 1,2", "--warmup 1"]
+    assert scaled == {"model": "tiny", "output-len": "4", "batch-size": "1,2", "warmup": "1"}
 
 
 def test_gpu_defaults_are_the_seed_grid_and_say_nothing():
     args, scaled = with_device_defaults(E2EArgs(), "cuda")
-    assert scaled == [] and (args.model, args.input_len, args.iters) == ("llama-7b", [32, 512], GPU_DEFAULTS["iters"])
+    assert scaled == {} and (args.model, args.input_len, args.iters) == ("llama-7b", [32, 512], GPU_DEFAULTS["iters"])
 
 
 def test_the_cpu_line_names_what_was_scaled_and_keeps_the_users_flags(tmp_path):
@@ -93,7 +93,7 @@ def test_the_cpu_line_names_what_was_scaled_and_keeps_the_users_flags(tmp_path):
     result = invoke(*TINY_RUN, "--out", out)
     assert result.exit_code == 0, result.output
     (line,) = [line for line in result.output.splitlines() if line.startswith("CPU run")]
-    assert "--model tiny" in line and "--warmup 1" in line and "--iters 3" in line and "pass a flag" in line
+    assert "--model tiny" in line and "--warmup 1" in line and "--iters 3" in line and "to choose" in line
     assert "--input-len" not in line and "--batch-size" not in line  # passed: not overridden, not named
     df = pd.read_csv(out / "results.csv")
     assert set(df["input_len"]) == {8} and set(df["measured_runs"]) == {3} and set(df["model"]) == {"tiny"}

@@ -21,6 +21,7 @@ from attnbench.e2e.presets import CPU_DEFAULTS, GPU_DEFAULTS, MIN_ITERS, PRECISI
 from attnbench.e2e.stopping import StoppingRule
 from attnbench.errors import UsageError, check_choices, check_unique
 from attnbench.kernels.backends.registry import get_backend, resolve_backends
+from attnbench.kernels.notices import cpu_run_line
 from attnbench.kernels.workload import DEFAULT_STRATEGIES, DTYPE_ALIASES, MAX_BLOCK_SIZE, MAX_SEED, MAX_TOKENS, STRATEGIES
 
 MAX_RUNS = 10_000  # warm-up and measured runs per row, each
@@ -67,20 +68,20 @@ class E2EArgs:
         return StoppingRule(low, self.iters, self.precision)
 
 
-def with_device_defaults(args: E2EArgs, device_type: str) -> tuple[E2EArgs, list[str]]:
+def with_device_defaults(args: E2EArgs, device_type: str) -> tuple[E2EArgs, dict[str, str]]:
     """(args with every device-scaled flag the user left out filled, the flags filled on the CPU as
-    `--flag value` texts: what the CPU line names; none on a GPU, whose defaults are the help's)."""
+    flag -> value text: what the CPU line names; none on a GPU, whose defaults are the help's)."""
     defaults = CPU_DEFAULTS if device_type == "cpu" else GPU_DEFAULTS
     filled = {name: value for name, value in defaults.items() if getattr(args, name) is None}
-    scaled = [f"--{name.replace('_', '-')} {','.join(map(str, v)) if isinstance(v, list) else v}"
-              for name, v in filled.items()] if device_type == "cpu" else []
+    scaled = {name.replace("_", "-"): ",".join(map(str, v)) if isinstance(v, list) else str(v)
+              for name, v in filled.items()} if device_type == "cpu" else {}
     return dataclasses.replace(args, **filled), scaled
 
 
-def cpu_line(scaled: list[str]) -> str:
-    """The one line that says what the CPU run chose for the user, and how to choose otherwise."""
-    return (f"CPU run (a pipeline demo: reference attention, no verdicts): defaults scaled to {' '.join(scaled)}; "
-            "pass a flag to choose its value")
+def cpu_line(scaled: dict[str, str]) -> str:
+    """The one line that says what the CPU run chose for the user, and how to choose otherwise:
+    the same shape as kernel's (kernels/notices.py)."""
+    return cpu_run_line("a pipeline demo on reference attention, no verdicts", scaled)
 
 
 def length_pairs(args: E2EArgs) -> list[tuple[int, int]]:

@@ -224,9 +224,10 @@ def run_point(engines: ModelEngines, args: E2EArgs, choices: dict[str, GraphChoi
             on_row(rows[-1])
         pairs = [("unified", mode, s, mode) for s in args.strategy if s != "unified" and "unified" in args.strategy]
         pairs += [(s, "eager", s, "graph") for s in args.strategy if graphs]
+        failed = {r["strategy"] for r in rows if r["backend"] == backend and r["verdict"] != "pass"}
         for ref_s, ref_m, run_s, run_m in pairs:
             ref, run = checks.get((backend, ref_s, ref_m)), checks.get((backend, run_s, run_m))
-            if ref is None or run is None:
+            if ref is None or run is None or {ref_s, run_s} & failed:  # a failed row's logits prove nothing
                 continue
             result = compare_generations(ref.tokens, ref.logits, run.tokens, run.logits)
             agreements.append({**{k: fields[k] for k in E2E_POINT}, "backend": backend,

@@ -30,8 +30,8 @@ from attnbench.e2e.args import (E2EArgs, check_counts, cpu_line, length_pairs, r
 from attnbench.e2e.engine import estimate_bytes
 from attnbench.e2e.modes import GraphChoice, GraphMode, choose_graphs, cudagraph_of
 from attnbench.e2e.model import ModelArgs, fused
-from attnbench.e2e.parallel import TensorParallel, agree, check_tp, describe, from_leader, placement, rank_args,
-                                   tensor_parallel
+from attnbench.e2e.parallel import (TensorParallel, agree, check_tp, describe, from_leader, placement, rank_args,
+                                   tensor_parallel)
 from attnbench.e2e.runner import GiB, ModelSpec, attention_point, check_fits, resolve_model, run_point
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.interrupts import SignalReceived, interrupted, signals_raise
@@ -39,37 +39,21 @@ from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.plan import check_measured
 from attnbench.kernels.workload import DTYPE_ALIASES, SweepPoint
-from attnbench.results.atomic import replace_atomic
 from attnbench.e2e.rows import E2E_POINT, E2EPoint, E2ERun
 from attnbench.kernels.rows import cells
 from attnbench.results.e2e_report import write_e2e_outputs
 from attnbench.results.env import collect, env_value
-from attnbench.results.files import read_agreements
 from attnbench.results.profiling import write_report
 from attnbench.runs.e2e_plan import Eta, duration, plan_line
 from attnbench.runs.resume import check_foreign, check_resume, sweep_record
 from attnbench.results.tables import format_params
-from attnbench.runs.rundir import ResumeKey, RunDir
+from attnbench.runs.kernel import dead_context
+from attnbench.runs.e2e_files import KEY, point_key, previous_agreements, save_rows
+from attnbench.runs.rundir import RunDir
+from attnbench.workers import pool
 from attnbench.workers.isolated_e2e import Measure, isolated_points
 
 PER_RANK = ("num_heads", "num_kv_heads", "head_dim")  # the attention point's shape, one rank's share
-KEY = ResumeKey(tuple(E2E_POINT), ("backend", "strategy"))  # finished with every backend x strategy
-
-
-def point_key(values: dict) -> tuple[str, ...]:
-    return KEY.of(values)
-
-
-def save_table(rows: list[dict], path: Path) -> None:
-    replace_atomic(path, lambda tmp: pd.DataFrame(rows).to_csv(tmp, index=False))
-
-
-def previous_agreements(out_dir: Path) -> list[dict]:
-    """The agreement rows of the run being resumed, checked as every reader checks them."""
-    try:
-        return read_agreements(out_dir / "agreement.csv")
-    except AttnbenchError as exc:
-        raise UsageError(f"--resume: {exc}") from None
 
 
 def fused_status(rows: list[dict]) -> str:
@@ -247,6 +231,9 @@ def run_ranks(args: E2EArgs, console: Console, command: list[str], margs: ModelA
                 write_e2e_outputs(run.path, env, console)
                 if args.profile:
                     write_report(run.path, console)
+    if isinstance(stopped, AttnbenchError):  # measure_points: the CUDA context died
+        raise AttnbenchError(f"{stopped}; the {finished} point(s) measured before it are in {run.path}; run again "
+                             f"with --isolate --resume {run.path} to measure the rest (each point in its own process)")
     if stopped is not None:
         raise interrupted(stopped, finished, len(points), run.path)
     verdicts = pd.Series([r.get("verdict") for r in rows], dtype=object).value_counts().to_dict()
@@ -292,10 +279,15 @@ def measure_points(setup: Setup, run: RunDir, env: dict, rows: list[dict], agree
                     bar.update(task, description="in {} / out {} / batch {}".format(*point))
                     started = time.perf_counter()
                     new_rows, new_agreements = measure({**base, **cells(E2EPoint(*point))})
-                    rows += new_rows
+                    cause = dead_context() if not args.isolate else None
+                    rows += pool.after_dead_context(new_rows) if cause is not None else new_rows
                     agreements += new_agreements
                     if tp.leader:
                         save_rows(run, rows, agreements)
+                    if cause is not None:  # a kernel fault: every later call here would fail with it
+                        died = "in {} / out {} / batch {}".format(*point)
+                        return AttnbenchError(f"the CUDA context died at point {died} ({cause or 'a kernel fault'})"), \
+                            finished
                     finished, elapsed = finished + 1, time.perf_counter() - started
                     eta.finished(point, elapsed, [r["measured_runs"] for r in new_rows if r.get("measured_runs")])
                     console.print(f"point {finished}/{len(points)} done in {duration(elapsed)}; {eta.text()}",
@@ -305,11 +297,3 @@ def measure_points(setup: Setup, run: RunDir, env: dict, rows: list[dict], agree
             return exc, finished
     return None, finished
 
-
-def save_rows(run: RunDir, rows: list[dict], agreements: list[dict]) -> None:
-    """results.csv and agreement.csv, rewritten atomically with every row so far."""
-    run.record(run.path / "results.csv")
-    save_table(rows, run.path / "results.csv")
-    if agreements:
-        run.record(run.path / "agreement.csv")
-        save_table(agreements, run.path / "agreement.csv")
