@@ -58,19 +58,24 @@ def dies_after_point(n: int):
     return check
 
 
-def test_a_fault_surfacing_after_a_point_stops_the_run_in_one_line_then_isolate_resume_finishes(
-        tmp_path, monkeypatch):
-    out = tmp_path / "run"
+def stops_in_one_line(monkeypatch, argv: list, last_line: str) -> None:
+    """The run dies after its second point (dies_after_point), exits 1 and ends in `last_line`."""
     with monkeypatch.context() as m:
         m.setattr(pool, "cuda_healthy", dies_after_point(2))
-        result = invoke(*SWEEP, "--out", out)
+        result = invoke(*argv)
     assert result.exit_code == 1, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     assert "Traceback" not in result.output
-    assert result.output.strip().splitlines()[-1] == (
+    assert result.output.strip().splitlines()[-1] == last_line
+
+
+def test_a_fault_surfacing_after_a_point_stops_the_run_in_one_line_then_isolate_resume_finishes(
+        tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    stops_in_one_line(monkeypatch, [*SWEEP, "--out", out], (
         f"error: the CUDA context died at point decode N=8 4x32 ({DeadContextError.__name__}: {ILLEGAL}); "
         f"the 2 rows measured before it are in {out}; run again with --isolate --resume {out} to measure "
-        "the rest (each point in its own process)")
+        "the rest (each point in its own process)"))
     # the points up to the one it died at are kept (here the fault left their rows passing), and
     # the outputs of an interrupted run are written from them
     assert rows_by_tokens(out) == {4: ["pass", "pass"], 8: ["pass", "pass"]}
@@ -117,16 +122,10 @@ def test_an_e2e_fault_after_a_point_stops_the_run_in_one_line_keeping_the_points
     """The headline e2e grid on a GPU met a fault mid-run and ended in a traceback from the agreement
     check (the check runs' logits lived in the dead context): now it stops as the kernel job does."""
     out = tmp_path / "run"
-    with monkeypatch.context() as m:
-        m.setattr(pool, "cuda_healthy", dies_after_point(2))
-        result = invoke(*E2E, "--out", out)
-    assert result.exit_code == 1, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    assert "Traceback" not in result.output
-    assert result.output.strip().splitlines()[-1] == (
+    stops_in_one_line(monkeypatch, [*E2E, "--out", out], (
         f"error: the CUDA context died at point in 8 / out 3 / batch 2 ({DeadContextError.__name__}: {ILLEGAL}); "
         f"the 1 point(s) measured before it are in {out}; run again with --isolate --resume {out} to measure "
-        "the rest (each point in its own process)")
+        "the rest (each point in its own process)"))
     df = pd.read_csv(out / "results.csv")
     assert sorted(df["batch_size"].unique()) == [1, 2] and (out / "summary.md").exists()
 
