@@ -170,7 +170,10 @@ def finish(fig, axes, heading: str, path: Path, dpi: int = 90) -> Path:
     width = int(fig.get_figwidth() * 13)  # characters of a 10-point title line that fit the figure
     fig.suptitle("\n".join(textwrap.fill(line, width) for line in heading.split("\n")), fontsize=10)
     if named:
-        fig.legend(named.values(), named.keys(), loc="outside lower center", ncol=min(2, len(named)), fontsize=8)
+        # as many columns as the figure's width holds at the longest label (8 points: ~0.075 in a character)
+        fits = int(fig.get_figwidth() // (0.075 * max(map(len, named)) + 0.6))
+        fig.legend(named.values(), named.keys(), loc="outside lower center", ncol=max(1, min(fits, len(named))),
+                   fontsize=8)
     try:
         replace_atomic(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
     finally:

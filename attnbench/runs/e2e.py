@@ -259,7 +259,7 @@ def measure_points(setup: Setup, run: RunDir, env: dict, rows: list[dict], agree
     args, tp, margs = setup.args, setup.tp, setup.margs
     spec = ModelSpec(margs, setup.path, setup.dtype_name, setup.device, args.seed, max(args.batch_size),
                      setup.max_model_len, args.block_size, args.chunk_size, tp)
-    base = cells(E2ERun(margs.name, round(margs.num_params / 1e9, 3), setup.dtype_name, args.block_size,
+    base = cells(E2ERun(margs.name, round(margs.num_params / 1e9, 6), setup.dtype_name, args.block_size,
                         args.chunk_size or 0, setup.device.type, setup.gpu_name or "cpu", tp.size, args.warmup,
                         args.iters, args.stopping.min_runs, args.precision))
     eta, finished = start_eta(setup, points, console), 0
