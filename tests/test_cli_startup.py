@@ -131,3 +131,15 @@ def test_the_plain_backend_names_are_the_registrys():
 
     assert tuple(registry.REGISTRY)[:len(BACKENDS)] == BACKENDS  # ATTNBENCH_EXTRA_BACKENDS come after them
     assert MODES == ("eager", "graph")
+
+
+def test_the_bare_command_lists_each_command_by_one_sentence():
+    """The command list read as whole paragraphs broken where the docstrings broke them."""
+    from attnbench.cli.main import app, first_sentence
+
+    commands = {info.name: info for info in app.registered_commands}
+    assert len(commands) == 11
+    for name, info in commands.items():
+        assert info.short_help == first_sentence(info.callback), name
+        assert "\n" not in info.short_help and info.short_help.endswith("."), name
+    assert first_sentence(type("C", (), {"__doc__": "Do this.  Then\nthat. More.\n\nLater."})) == "Do this."

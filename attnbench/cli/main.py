@@ -85,17 +85,21 @@ class OneLineErrors(TyperGroup):
 app = typer.Typer(cls=OneLineErrors, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Benchmark LLM attention kernels: one paged varlen call (unified) vs kvcache + varlen (split).")
 
-app.command()(kernel.kernel)
-app.command()(kernel.backends)
-app.command("e2e")(e2e.e2e)
-app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run.run)
-app.command()(results.compare)
-app.command()(results.export)
-app.command()(results.plot)
-app.command()(merge.merge)
-app.command()(verify.verify)
-app.command()(doctor.doctor)
-app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(calibrate.calibrate)
+def first_sentence(command) -> str:
+    """A command's line in the bare `attnbench` list: its docstring's first sentence on one line
+    (the whole first paragraph, with its own line breaks, made the list hard to read)."""
+    paragraph = " ".join((command.__doc__ or "").strip().split("\n\n")[0].split())
+    return paragraph.split(". ")[0].rstrip(".") + "."
+
+
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}  # run and calibrate take kernel's flags
+for name, command, settings in [("kernel", kernel.kernel, None), ("backends", kernel.backends, None),
+                                ("e2e", e2e.e2e, None), ("run", run.run, PASS_THROUGH),
+                                ("compare", results.compare, None), ("export", results.export, None),
+                                ("plot", results.plot, None), ("merge", merge.merge, None),
+                                ("verify", verify.verify, None), ("doctor", doctor.doctor, None),
+                                ("calibrate", calibrate.calibrate, PASS_THROUGH)]:
+    app.command(name, short_help=first_sentence(command), context_settings=settings)(command)
 
 
 def main() -> None:
