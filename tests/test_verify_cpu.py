@@ -70,13 +70,13 @@ def test_the_reference_runs_eagerly_once_per_case_and_passes(tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "v" / "verify.csv")))
     assert [(r["strategy"], r["policy"], r["verdict"]) for r in rows] == [
         (s, "eager", "pass") for s in ("unified", "split") for _ in range(3)]
-    assert "6 case(s) judged: 6 pass, 0 FAIL" in result.output and "On the CPU" not in result.output
+    assert "6 case(s) judged: 6 pass, 0 FAIL" in result.output and "CPU run" not in result.output
 
 
 def test_without_contexts_the_cpu_scales_them_and_says_so_in_one_line():
     result = invoke("--heads", "4", "--kv-heads", "2", "--dim", "32", "--strategy", "unified")
     assert result.exit_code == 0, result.output
-    notice = [line for line in result.output.splitlines() if "On the CPU" in line]
+    notice = [line for line in result.output.splitlines() if "CPU run" in line]
     assert len(notice) == 1 and "--contexts 64,256" in notice[0] and "512,4096" in notice[0]
 
 

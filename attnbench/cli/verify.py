@@ -52,7 +52,7 @@ def verify(
     (FlashInfer: single-token decode batches only) is reported unsupported, not run; so is a case
     that does not fit in memory (skipped). A backend that is not graph-safe (the reference, the
     only one on the CPU) runs its cases eagerly instead, planned on each batch and checked against
-    a float64 attention. `--device cpu` (given explicitly) runs on the CPU: the reference's eager
+    a float64 attention. On the CPU (no GPU visible, or `--device cpu`) it runs the reference's eager
     cases on shorter contexts (64,256), and the CPU emulation of replays for graph-safe backends
     whose launches read the buffers when they run.
 
@@ -63,18 +63,16 @@ def verify(
 
     Example: attnbench verify --backend vllm-fa2,vllm-fa3 --policy naive,safe
     """
-    import torch
 
     from attnbench.device import resolve_device
     from attnbench.kernels.backends.registry import resolve_backends
+    from attnbench.kernels.notices import cpu_run_line
     from attnbench.kernels.verify import plan_rows, replay_cases
     from attnbench.kernels.workload import SweepPoint
 
     console = make_console()
     with user_errors(console):
-        if device == "auto" and not torch.cuda.is_available():
-            raise UsageError("verify needs a CUDA GPU (none visible); --device cpu runs what the CPU can judge")
-        dev = resolve_device(device)
+        dev = resolve_device(device)  # auto without a GPU: the CPU, which judges what it can (said below)
         short, long = _short_long(contexts or CONTEXTS[dev.type])
         _check_lists(backend, strategy, policy, seqs)
         point = SweepPoint(kind="mixed", num_tokens=seqs, num_heads=heads, num_kv_heads=kv_heads,
@@ -84,8 +82,9 @@ def verify(
         _check_judgeable(rows)
         run = _claim(out) if out is not None else None
         if contexts is None and dev.type == "cpu":
-            console.print(f"On the CPU: --contexts {short},{long} (the GPU's {','.join(map(str, CONTEXTS['cuda']))} "
-                          "scaled down; give --contexts to choose).", highlight=False)
+            said = cpu_run_line(f"eager cases against a float64 attention (the GPU's --contexts are "
+                                f"{','.join(map(str, CONTEXTS['cuda']))})", {"contexts": f"{short},{long}"})
+            console.print(said, highlight=False, soft_wrap=True)
         _run(console, rows, point, cases, dev, run)
 
 
