@@ -82,8 +82,9 @@ def verify(
         _check_judgeable(rows)
         run = _claim(out) if out is not None else None
         if contexts is None and dev.type == "cpu":
-            said = cpu_run_line(f"eager cases (the reference backend) against a float64 attention (the GPU's --contexts are "
-                                f"{','.join(map(str, CONTEXTS['cuda']))})", {"contexts": f"{short},{long}"})
+            gpu = ",".join(map(str, CONTEXTS["cuda"]))
+            said = cpu_run_line(f"eager cases (the reference backend) against a float64 attention (the GPU's "
+                                f"--contexts are {gpu})", {"contexts": f"{short},{long}"})
             console.print(said, highlight=False, soft_wrap=True)
         _run(console, rows, point, cases, dev, run)
 
