@@ -147,7 +147,9 @@ def test_the_eta_is_a_range_until_rows_say_how_many_runs_they_take():
     eta.finished((32, 128, 1), seconds=22.0, measured_runs=[6, 6])
     assert eta.text().startswith("ETA 22 s (from 22 s if every row stops at 6 runs to ")
     assert plan_line(2, ["a"], ["unified", "split"], 2, 1, rule).startswith(
-        "plan: 2 points x 1 backend(s) x 2 strategies = 4 rows; each: 1 untimed check run (+1 eager")
+        "plan: 2 points x 1 backend(s) x 2 strategies = 4 rows; each: 1 untimed check run and 1 eager one")
+    assert "the graph-vs-eager check, on 1 of a point's 2 rows)" in plan_line(2, ["a"], ["unified", "split"], 1, 1, rule)
+    assert "eager" not in plan_line(2, ["a"], ["unified", "split"], 0, 1, rule)
     assert (duration(59.6), duration(61), duration(3725)) == ("1 min 00 s", "1 min 01 s", "1 h 2 min")
 
 

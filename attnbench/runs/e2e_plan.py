@@ -24,8 +24,10 @@ def plan_line(n_points: int, backends: list[str], strategies: list[str], eager_c
               rule: StoppingRule) -> str:
     """The plan in one line: rows, and the runs each row makes."""
     rows = n_points * len(backends) * len(strategies)
-    checks = "1 untimed check run" + (f" (+1 eager one under graphs, {eager_checks} of the "
-                                      f"{len(backends) * len(strategies)} per point)" if eager_checks else "")
+    every = eager_checks == len(backends) * len(strategies)
+    checks = "1 untimed check run" + ((" and 1 eager one (the graph-vs-eager check)" if every else
+                                       f" (and an eager one, the graph-vs-eager check, on {eager_checks} of a "
+                                       f"point's {len(backends) * len(strategies)} rows)") if eager_checks else "")
     return (f"plan: {n_points} points x {len(backends)} backend(s) x {len(strategies)} strategies = {rows} rows; "
             f"each: {checks}, {warmup} warm-up{'' if warmup == 1 else 's'}, {rule.describe()}")
 
