@@ -88,7 +88,7 @@ def test_an_e2e_run_must_fit_in_the_memory_available(monkeypatch, tmp_path):
 
 
 def test_check_refuses_a_scenario_that_cannot_fit_here(monkeypatch):
-    monkeypatch.setattr(kernel_plan, "available_host_bytes", lambda: 2**20)
+    monkeypatch.setattr("attnbench.kernels.inputs.available_host_bytes", lambda: 2**20)
     line = assert_one_error_line(invoke("run", "scenarios/decode-gqa.toml", "--check", "--device", "cpu",
                                         "--mode", "eager"))
     assert "decode-gqa.toml" in line and "0.0 GiB available" in line
@@ -99,7 +99,7 @@ def test_points_that_cannot_fit_beside_ones_that_do_are_skipped_rows(monkeypatch
     saying how much it needs, and the points that fit are measured."""
     sizes = {n: kernel_plan.host_bytes(kernel_plan.build_points(kernel_plan.KernelArgs(
         shapes=[(4, 32)], tokens=[n], kind=["decode"], context="32"))[0]) for n in (8, 4096)}
-    monkeypatch.setattr(kernel_plan, "available_host_bytes", lambda: sizes[8] * 4)
+    monkeypatch.setattr("attnbench.kernels.inputs.available_host_bytes", lambda: sizes[8] * 4)
     assert sizes[4096] * 1.2 > sizes[8] * 4
     result = invoke(*[a if a != "8" else "8,4096" for a in KERNEL], "--out", tmp_path / "run")
     assert result.exit_code == 0, result.output

@@ -17,7 +17,6 @@ from bad_input_cli import SETTINGS, assert_one_error_line, invoke
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attnbench.kernels import plan as kernel_plan
 from attnbench.kernels.choices import BACKENDS, MODES
 from attnbench.kernels.workload import DTYPE_ALIASES, KINDS, STRATEGIES
 
@@ -115,7 +114,7 @@ def test_a_bad_choice_on_the_command_line_is_one_line(workdir, name):
 
 
 def test_a_sweep_none_of_whose_20000_points_fits_is_refused_at_once(workdir, monkeypatch):
-    monkeypatch.setattr(kernel_plan, "available_host_bytes", lambda: 2**10)
+    monkeypatch.setattr("attnbench.kernels.inputs.available_host_bytes", lambda: 2**10)
     path = workdir / "s.toml"
     path.write_text(KERNEL.replace("[8]", f"[{MANY}]"))
     before = snapshot(workdir)

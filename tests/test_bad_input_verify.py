@@ -14,7 +14,6 @@ from bad_input_cli import SETTINGS, assert_one_error_line, invoke
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attnbench.kernels import verify as verify_job
 
 VERIFY = ["verify", "--device", "cpu", "--heads", "4", "--kv-heads", "2", "--dim", "32", "--contexts", "16,80"]
 
@@ -152,7 +151,7 @@ def test_an_unwritable_out_is_one_error_line(around):
 
 
 def test_a_verify_that_fits_in_no_memory_is_one_error_line(monkeypatch, around):
-    monkeypatch.setattr(verify_job, "available_host_bytes", lambda: 1024)
+    monkeypatch.setattr("attnbench.kernels.inputs.available_host_bytes", lambda: 1024)
     before = snapshot(around)
     assert_one_error_line(run_in(around, *VERIFY, "--out", "new-run"), "needs ~")
     assert snapshot(around) == before

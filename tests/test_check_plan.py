@@ -91,7 +91,7 @@ def test_the_e2e_check_prints_the_plan_and_runs_nothing(tmp_path, monkeypatch):
 def test_the_check_names_each_point_left_out_and_why(tmp_path, monkeypatch):
     sizes = {n: int(kernel_plan.host_bytes(SweepPoint(kind="decode", num_tokens=n, num_heads=4, num_kv_heads=2,
                                                        head_dim=32, context="32")) * 1.2) for n in (8, 16)}
-    monkeypatch.setattr(kernel_plan, "available_host_bytes", lambda: (sizes[8] + sizes[16]) // 2)
+    monkeypatch.setattr("attnbench.kernels.inputs.available_host_bytes", lambda: (sizes[8] + sizes[16]) // 2)
     body = 'command = "kernel"\nheads = 4\nkv_heads = 2\ndim = 32\ntokens = [8, 16]\ncontext = 32\nkind = "decode"\n'
     result = invoke("run", write(tmp_path, body), "--check", "--device", "cpu")
     assert result.exit_code == 0, result.output

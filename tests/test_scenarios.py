@@ -192,7 +192,7 @@ def test_check_prints_the_sweeps_and_runs_nothing(tmp_path, monkeypatch, cli):
     monkeypatch.setattr(scenario_job, "run_kernel", lambda *a, **k: pytest.fail("--check ran a sweep"))
     # 256 x 32k tokens of KV cache is 34 GB: as if this machine had the memory (tests/test_bad_input.py
     # checks that --check refuses it when it does not)
-    monkeypatch.setattr(kernel_plan, "available_host_bytes", lambda: 1 << 50)
+    monkeypatch.setattr("attnbench.kernels.inputs.available_host_bytes", lambda: 1 << 50)
     result = cli("run", SCENARIOS / "decode-gqa.toml", "--check", "--device", "cpu", "--mode", "eager")
     assert result.exit_code == 0, result.output
     assert "context 1024: 4 points on cpu" in result.output and "context 32768: 4 points" in result.output

@@ -119,7 +119,7 @@ def test_a_case_that_does_not_fit_is_skipped_with_its_need_and_the_rest_runs(mon
 
 
 def test_a_verify_that_fits_nowhere_is_refused_before_it_runs(monkeypatch, tmp_path):
-    monkeypatch.setattr(verify_job, "available_host_bytes", lambda: 1024)
+    monkeypatch.setattr("attnbench.kernels.inputs.available_host_bytes", lambda: 1024)
     result = invoke(*TINY, "--out", str(tmp_path / "v"))
     assert result.exit_code == 1 and "nothing verify can judge here" in result.output and "needs ~" in result.output
     assert "Traceback" not in result.output and not (tmp_path / "v").exists()

@@ -2,7 +2,7 @@
 
 Gigabytes of KV cache made on the CPU and copied over take minutes; `torch.randn` on the device
 takes milliseconds. Values are standard normal, never zeros (zeros hide unwritten outputs).
-What those tensors cost is here too (`input_bytes`, `host_bytes`, `available_host_bytes`), so a
+What those tensors cost is here too (`device_bytes`, `host_bytes`, HEADROOM, `free_bytes`), so a
 point that cannot fit is refused before anything is allocated, on the CPU as on a GPU.
 """
 
@@ -47,6 +47,16 @@ def input_bytes(point: SweepPoint, batch: Batch | None = None) -> int:
     return (kv + q_and_out) * elt
 
 
+HEADROOM = 1.2  # a point may take 20 % over the tensors counted: torch's own allocations, fragmentation
+
+
+def device_bytes(point: SweepPoint, batch: Batch | None = None) -> int:
+    """Bytes a point takes on the GPU: its inputs, the float32 reference output and the outputs of
+    two strategies (8 bytes an output element in all)."""
+    batch = batch or build_batch(point)
+    return input_bytes(point, batch) + batch.num_tokens * point.num_heads * point.head_dim * 8
+
+
 def host_bytes(point: SweepPoint, batch: Batch | None = None) -> int:
     """Peak bytes of a point measured on the CPU: its inputs, the float32 reference output and
     one output per strategy, plus the reference's largest per-sequence working set (the
@@ -83,20 +93,29 @@ def available_host_bytes() -> int | None:
     return max(0, min(found))
 
 
+def free_bytes(device: torch.device) -> int | None:
+    """What a point may take where it runs: free GPU memory, or the memory the machine has
+    available (None: unknown)."""
+    return torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else available_host_bytes()
+
+
 def cache_elements(point: SweepPoint, batch: Batch | None = None) -> int:
     """Elements of the paged K cache a point's inputs hold (pages x page size x KV heads x head dim)."""
     blocks = num_cache_blocks(batch or build_batch(point), point.block_size)
     return blocks * point.block_size * point.num_kv_heads * point.head_dim
 
 
-def make_inputs(point: SweepPoint, device: torch.device | str) -> Inputs:
-    batch = build_batch(point)
+def make_inputs(point: SweepPoint, device: torch.device | str, batch: Batch | None = None,
+                seed: int | None = None) -> Inputs:
+    """The point's batch (or `batch`, one verify checks) on `device`, drawn from `seed` (the point's)."""
+    batch = batch or build_batch(point)
+    seed = point.seed if seed is None else seed
     device = torch.device(device)
     dtype = torch_dtype(point.dtype)
-    gen = torch.Generator(device=device).manual_seed(point.seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
     blocks = num_cache_blocks(batch, point.block_size)
     cache_shape = (blocks, point.block_size, point.num_kv_heads, point.head_dim)
     q = torch.randn((batch.num_tokens, point.num_heads, point.head_dim), generator=gen, device=device, dtype=dtype)
     k_cache = torch.randn(cache_shape, generator=gen, device=device, dtype=dtype)
     v_cache = torch.randn(cache_shape, generator=gen, device=device, dtype=dtype)
-    return Inputs(point, batch, q, k_cache, v_cache, build_block_table(batch, point.block_size, point.seed))
+    return Inputs(point, batch, q, k_cache, v_cache, build_block_table(batch, point.block_size, seed))

@@ -17,8 +17,8 @@ import torch
 from attnbench.errors import error_reason
 from attnbench.kernels.backends.base import Backend
 from attnbench.kernels.check import check_output, worst_check
-from attnbench.kernels.inputs import torch_dtype
-from attnbench.kernels.metadata import build_block_table, build_metadata, num_cache_blocks
+from attnbench.kernels.inputs import make_inputs
+from attnbench.kernels.metadata import build_metadata
 from attnbench.kernels.workload import Batch, SweepPoint
 
 
@@ -54,20 +54,15 @@ def eager_check(backend: Backend, strategy: str, point: SweepPoint, batches: tup
                 device: torch.device) -> dict:
     """verdict, reason and rel_l2_error of `strategy` planned on each batch and run once, against
     float64_attention; the first batch that fails names itself."""
-    checks, dtype = [], torch_dtype(point.dtype)
+    checks = []
     for i, batch in enumerate(batches):
-        table = build_block_table(batch, point.block_size, point.seed + i)
-        gen = torch.Generator(device=device).manual_seed(point.seed + i)
-        cache_shape = (num_cache_blocks(batch, point.block_size), point.block_size, point.num_kv_heads,
-                       point.head_dim)
-        q = torch.randn((batch.num_tokens, point.num_heads, point.head_dim), generator=gen, device=device, dtype=dtype)
-        k_cache = torch.randn(cache_shape, generator=gen, device=device, dtype=dtype)
-        v_cache = torch.randn(cache_shape, generator=gen, device=device, dtype=dtype)
+        x = make_inputs(point, device, batch, point.seed + i)
         try:
-            plan = backend.plan(strategy, point, build_metadata(strategy, batch, table).to(device))
-            out = torch.full_like(q, float("nan"))
-            plan.run(q, k_cache, v_cache, out)
-            expected = float64_attention(q, k_cache, v_cache, batch, table, point.causal, point.softmax_scale)
+            plan = backend.plan(strategy, point, build_metadata(strategy, batch, x.block_table).to(device))
+            out = torch.full_like(x.q, float("nan"))
+            plan.run(x.q, x.k_cache, x.v_cache, out)
+            expected = float64_attention(x.q, x.k_cache, x.v_cache, batch, x.block_table, point.causal,
+                                         point.softmax_scale)
             checks.append(check_output(out, expected.float(), point.dtype))
         except Exception as exc:  # noqa: BLE001  a backend's failure is this case's verdict, with its reason
             checks.append({"verdict": "fail", "reason": error_reason(exc), "rel_l2_error": float("nan")})

@@ -28,7 +28,7 @@ import torch
 from attnbench.device import point_timeout_s, resolve_device
 from attnbench.errors import AttnbenchError, UsageError, check_choices, check_unique
 from attnbench.kernels.backends.registry import EXTRA_BACKEND_ERRORS, REGISTRY, get_backend, resolve_backends
-from attnbench.kernels.inputs import available_host_bytes, host_bytes, input_bytes
+from attnbench.kernels.inputs import HEADROOM, device_bytes, free_bytes, host_bytes
 from attnbench.kernels.notices import notices
 from attnbench.kernels.sweep import SweepPlan
 from attnbench.kernels.choices import MODES
@@ -156,14 +156,11 @@ def check_fits(points: list[SweepPoint], device: torch.device,
     tokens, so each family (points that differ only in --tokens) is bisected for its first misfit:
     about log2(len(family)) points sized, not all of them (time quadratic in a long --tokens list),
     and the points after it are said to need more."""
-    if device.type == "cuda":
-        free = torch.cuda.mem_get_info(device)[0] if available is None else available
-        size, where = device_need, f"{free / GiB:.1f} GiB free"
-    else:
-        free = available_host_bytes() if available is None else available
-        if free is None:
-            return []
-        size, where = lambda p: int(host_bytes(p) * 1.2), f"{free / GiB:.1f} GiB available"  # 20 %: torch's own
+    free = free_bytes(device) if available is None else available
+    if free is None:
+        return []
+    size = device_need if device.type == "cuda" else lambda p: int(host_bytes(p) * HEADROOM)
+    where = f"{free / GiB:.1f} GiB {'free' if device.type == 'cuda' else 'available'}"
     need = functools.cache(size)
     families = token_families(points)
     amount = lambda n: f"~{n / GiB:.1f} GiB{'' if device.type == 'cuda' else ' on the CPU'}, {where}"
@@ -190,10 +187,8 @@ def token_families(points: list[SweepPoint]) -> list[list[SweepPoint]]:
 
 
 def device_need(point: SweepPoint) -> int:
-    """Device bytes a point takes: inputs + the float32 reference output + bf16 outputs of two
-    strategies, with 20 % headroom."""
-    batch = build_batch(point)
-    return int((input_bytes(point, batch) + batch.num_tokens * point.num_heads * point.head_dim * 8) * 1.2)
+    """Device bytes a point takes (inputs.device_bytes), with the headroom."""
+    return int(device_bytes(point) * HEADROOM)
 
 
 def build_points(args: KernelArgs) -> list[SweepPoint]:

@@ -32,7 +32,7 @@ from attnbench.kernels.backends.base import Backend, Plan
 from attnbench.kernels.backends.reference import reference_attention
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.check import check_twice
-from attnbench.kernels.inputs import Inputs, input_bytes, make_inputs
+from attnbench.kernels.inputs import HEADROOM, Inputs, input_bytes, make_inputs
 from attnbench.kernels.metadata import build_metadata, measure_host_us
 from attnbench.kernels.parts import split_parts, time_parts
 from attnbench.kernels.rows import BatchColumns, Measurement, RunColumns, cells
@@ -157,7 +157,7 @@ class PointRunner:
     def _room_for_two(self) -> bool:
         """Whether a second copy of the inputs fits in free GPU memory (host placement is not what varies)."""
         return self.device.type == "cuda" and \
-            torch.cuda.mem_get_info(self.device)[0] > 1.2 * input_bytes(self.point, self.batch)
+            torch.cuda.mem_get_info(self.device)[0] > HEADROOM * input_bytes(self.point, self.batch)
 
     def _replicate(self, backend: Backend, inputs: Inputs, reference, slots: dict, last: bool) -> None:
         """One replicate of one backend: plan every live strategy afresh, then check and time each mode."""

@@ -46,7 +46,7 @@ import torch
 
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.graphsafe import POLICIES, replay_check
-from attnbench.kernels.inputs import available_host_bytes, host_bytes, input_bytes
+from attnbench.kernels.inputs import HEADROOM, device_bytes, free_bytes, host_bytes
 from attnbench.kernels.oracle64 import eager_check, float64_bytes
 from attnbench.kernels.workload import Batch, SweepPoint
 
@@ -91,15 +91,9 @@ def case_need(point: SweepPoint, case: Case, device: torch.device, eager: bool) 
     need = 0
     for batch in (case.capture, case.replay):
         tables = 16 * batch.num_seqs * math.ceil(max(batch.kv_lens) / point.block_size)
-        tensors = (host_bytes(point, batch) if device.type == "cpu" else
-                   input_bytes(point, batch) + batch.num_tokens * point.num_heads * point.head_dim * 8)
+        tensors = host_bytes(point, batch) if device.type == "cpu" else device_bytes(point, batch)
         need += tensors + tables + (float64_bytes(point, batch) if eager else 0)
-    return int(need * 1.2)
-
-
-def free_bytes(device: torch.device) -> int | None:
-    """What a case may take: free GPU memory, or the memory the machine has available (None: unknown)."""
-    return torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else available_host_bytes()
+    return int(need * HEADROOM)
 
 
 def plan_rows(backends: list[str], strategies: list[str], policies: list[str], point: SweepPoint,
