@@ -122,10 +122,10 @@ def print_kernel_plan(console: Console, sc: Scenario, plan: ScenarioPlan) -> Non
 def print_e2e_plan(console: Console, sc: Scenario, setup: Setup) -> None:
     """The model, the points, the backends and each one's graphs, and the memory estimate."""
     print_values(console, sc)
+    from attnbench.results.tables import format_params
+
     margs = setup.margs
-    params = margs.num_params
-    size = f"{params / 1e9:.2f} B" if params >= 1e8 else f"{params / 1e6:.2f} M"
-    console.print(f"{margs.name} ({size} params, {setup.dtype_name}) on "
+    console.print(f"{margs.name} ({format_params(margs.num_params / 1e9)}, {setup.dtype_name}) on "
                   f"{setup.gpu_name or 'cpu'}: {len(setup.points)} points x {len(setup.backends)} backend(s) x "
                   f"{len(setup.args.strategy)} strategies, ~{sum(setup.parts.values()) / 2**30:.2f} GiB",
                   highlight=False)

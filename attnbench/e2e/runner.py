@@ -151,8 +151,9 @@ def measure_runs(engine: Engine, prompts: list, output_len: int, warmup: int, ru
     """Warm-ups, then measured runs until `rule` is satisfied (by rank 0's times under --tp: every
     rank must run the same requests); on_probe hears the first run's seconds."""
     measured: list[Generation] = []
+    samples: list[float] = []  # each measured run's request p50, as the runs come
     for n in range(warmup + rule.max_runs):
-        if n >= warmup and from_leader(tp, lambda: rule.done([request_p50(g) for g in measured])):
+        if n >= warmup and from_leader(tp, lambda: rule.done(samples)):
             break
         start = time.perf_counter()
         run = engine.generate(prompts, output_len)
@@ -160,6 +161,7 @@ def measure_runs(engine: Engine, prompts: list, output_len: int, warmup: int, ru
             on_probe(time.perf_counter() - start)
         if n >= warmup:
             measured.append(run)
+            samples.append(request_p50(run))
     return measured
 
 

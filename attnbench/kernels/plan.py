@@ -191,6 +191,12 @@ def device_need(point: SweepPoint) -> int:
     return int(device_bytes(point) * HEADROOM)
 
 
+def sized(args: KernelArgs, device: torch.device) -> KernelArgs:
+    """args with --tokens and --context the device's defaults where not given: the sweep's points."""
+    defaults = CPU_DEFAULTS if device.type == "cpu" else GPU_DEFAULTS
+    return replace(args, tokens=args.tokens or defaults["tokens"], context=args.context or defaults["context"])
+
+
 def build_points(args: KernelArgs) -> list[SweepPoint]:
     """Every (shape, kind, tokens, prefix ratio or decode share / seqs) point; args.tokens and args.context
     must be set."""
@@ -235,8 +241,7 @@ def plan_sweep(args: KernelArgs, machine: bool = True, device: torch.device | No
     point_timeout, replicates = check_counts(args, device)
     if machine and EXTRA_BACKEND_ERRORS:
         raise UsageError(EXTRA_BACKEND_ERRORS[0])
-    points = build_points(replace(args, tokens=args.tokens or defaults["tokens"],
-                                  context=args.context or defaults["context"]))
+    points = build_points(sized(args, device))
     if not points:
         raise UsageError("--shapes/--tokens: nothing to measure")
     points = share(points) if share else points

@@ -16,7 +16,8 @@ from attnbench.e2e.rows import E2E_POINT
 from attnbench.e2e.stopping import StoppingRule
 from attnbench.errors import AttnbenchError
 from attnbench.results.files import load_results, write_parquet
-from attnbench.results.tables import format_params, md_lines, strategies_in
+from attnbench.results.tables import format_params, md_lines, ratio_names, strategies_in
+from attnbench.results.verdicts import on_cpu
 
 
 
@@ -57,12 +58,12 @@ def e2e_table(df: pd.DataFrame) -> pd.DataFrame:
         had = set(pivot.columns.get_level_values(0))  # a column all blank (no row had an interval) is not there
         low, high = (pivot[c].reindex(columns=p50.columns) if c in had else p50 * math.nan
                      for c in ("request_p50_ci_low_s", "request_p50_ci_high_s"))
-        on_cpu = (pivot["device"] == "cpu").any(axis=1) if "device" in had else pd.Series(False, index=p50.index)
+        cpu_rows = (pivot["device"] == "cpu").any(axis=1) if "device" in had else pd.Series(False, index=p50.index)
         for strategy in present[1:]:
             table[f"{strategy} / unified"] = p50[strategy] / p50["unified"]
             table[f"{strategy} vs unified"] = [
                 ratio_reading(strategy, lo, hi, cpu) for lo, hi, cpu in
-                zip(low[strategy] / high["unified"], high[strategy] / low["unified"], on_cpu)]
+                zip(low[strategy] / high["unified"], high[strategy] / low["unified"], cpu_rows)]
     table["agreement"] = measured.groupby(index)["agreement"].agg(lambda v: worst(v.dropna()))
     table["check"] = measured.groupby(index)["verdict"].agg(lambda v: "pass" if (v == "pass").all() else "FAIL")
     return table.reset_index().rename(columns={"input_len": "input len", "output_len": "output len",
@@ -85,14 +86,9 @@ AGREEMENT_COLUMNS = [*E2E_POINT, "backend", "reference", "run", "verdict", "toke
                      "max_logit_diff", "logit_scale", "margin_at_divergence"]
 
 
-def on_cpu(df: pd.DataFrame) -> bool:
-    return "device" in df and (df["device"] == "cpu").any()
-
-
 def ratio_words(df: pd.DataFrame) -> str:
     """How to read the ratio columns, naming the strategies the run has."""
-    others = [s for s in strategies_in(df["strategy"].dropna().unique()) if s != "unified"] if "strategy" in df else []
-    ratios = ", ".join(f"{s} / unified" for s in others) or "a strategy / unified"
+    ratios = ratio_names(df["strategy"].dropna().unique() if "strategy" in df else [])
     return (f"{ratios} > 1 means unified is faster; the `vs unified` column reads it with its interval "
             "(from the two rows' 95 % intervals of the p50) or says why it cannot")
 
@@ -128,7 +124,7 @@ def write_e2e_summary(df: pd.DataFrame, agreement: pd.DataFrame, out_dir: Path, 
         *[f"- {note}" for note in notes],
         f"- small elementwise ops (RMSNorm, RoPE, SiLU-and-mul): {e2e.get('fused_ops')}",
         f"- request latency: run start to the request's last token; {ratio_words(df)}",
-        *([f"- {CPU_NOTE}"] if on_cpu(df) else []),
+        *([f"- {CPU_NOTE}"] if on_cpu(df, {}) else []),
         "",
         e2e_markdown(e2e_table(df)),
         "## Step latency (p50; CUDA events on a GPU, perf_counter on the CPU; host = schedule + prepare + "
@@ -161,7 +157,7 @@ def write_e2e_outputs(out_dir: Path, env: dict, console: Console) -> Path:
     plots = plot_e2e(df, out_dir)
     console.print(e2e_markdown(e2e_table(df)), highlight=False, soft_wrap=True)
     console.print(f"runs per row: {runs_text(df, env.get('e2e', {}))}", highlight=False, soft_wrap=True)
-    if on_cpu(df):
+    if on_cpu(df, {}):
         console.print(f"[yellow]note:[/] {CPU_NOTE}", highlight=False, soft_wrap=True)
     if not agreement.empty:
         for a in agreement.itertuples(index=False):

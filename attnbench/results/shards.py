@@ -16,9 +16,11 @@ from pathlib import Path
 
 from attnbench.errors import AttnbenchError
 
-# flags that change where or how a run went, not which rows it holds
-RUN_ONLY_FLAGS = ("--shard", "--out", "--resume", "--force", "--devices", "--device", "--isolate", "--point-timeout",
-                  "--json", "--profile")
+# flags that say where or how a run went, not which rows it holds (a resume may change them too:
+# runs/resume.py); a shard's --shard is its place in the split, which merge checks on its own
+EXECUTION_FLAGS = ("--out", "--resume", "--force", "--devices", "--device", "--isolate", "--point-timeout", "--json",
+                   "--profile")
+RUN_ONLY_FLAGS = ("--shard", *EXECUTION_FLAGS)
 RUN_ONLY_SWITCHES = ("--force", "--isolate", "--json", "--profile")  # they take no value
 PARTIAL = "(--partial merges what is there and records that the split is not whole)"
 
@@ -59,7 +61,7 @@ def sweep_flags(command: object) -> dict[str, str]:
 
 
 def shares_of(path: Path, env: dict) -> Shares:
-    """The shards an input holds (its env.json already checked: results/envfile.py)."""
+    """The shards an input holds (its env.json already checked: results/schema.read_env)."""
     sweep = sweep_flags(env.get("command"))
     shard = env.get("shard")
     if shard:

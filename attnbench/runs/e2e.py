@@ -89,7 +89,7 @@ def run_e2e(args: E2EArgs, console: Console, command: list[str]) -> Path:
         return run_ranks(args, speaker, command, margs, path, pairs, tp, device)
 
 
-def prepare_e2e(args: E2EArgs) -> tuple[E2EArgs, list[str], ModelArgs, Path | None, list[tuple[int, int]]]:
+def prepare_e2e(args: E2EArgs) -> tuple[E2EArgs, dict[str, str], ModelArgs, Path | None, list[tuple[int, int]]]:
     """What is checked before any rank starts: the flags (the device's defaults filled in, and the
     flags it filled), the length pairs, the model, --tp."""
     validate_args(args)

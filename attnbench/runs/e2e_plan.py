@@ -63,8 +63,8 @@ class Eta:
     def runs(self, measured_each: float) -> float:
         return self.checks + self.rows * (self.warmup + measured_each)
 
-    def cost(self, point: Point) -> float:
-        """Seconds of one run of `point`, from the fit to what was seen."""
+    def fit(self) -> tuple[float, float]:
+        """(seconds a step, seconds a token) of one run, fitted to what was seen."""
         x = np.array([s[:2] for s in self.seen])
         y = np.array([s[2] for s in self.seen])
         a, b = (y / x[:, 0]).mean(), 0.0  # steps alone: the probe's reading
@@ -72,6 +72,11 @@ class Eta:
             fit = np.linalg.lstsq(x, y, rcond=None)[0]
             if (fit >= 0).all():
                 a, b = fit
+        return float(a), float(b)
+
+    def cost(self, point: Point, fit: tuple[float, float] | None = None) -> float:
+        """Seconds of one run of `point` (`fit`: Eta.fit's, when the caller has it already)."""
+        a, b = fit or self.fit()
         steps, tokens = shape(point, self.chunk_size)
         return a * steps + b * tokens
 
@@ -95,7 +100,8 @@ class Eta:
         if not self.seen:
             return "ETA after the first timed run"
         low, high = self.rule.min_runs, self.rule.max_runs
-        total = lambda each: sum(self.runs(each) * self.cost(p) for p in self.points)  # noqa: E731
+        fit = self.fit()
+        total = lambda each: sum(self.runs(each) * self.cost(p, fit) for p in self.points)  # noqa: E731
         probe = "" if self.measured else " (from one timed run; refined after each point)"
         if self.rule.fixed:
             return f"ETA {duration(total(high))}{probe}"

@@ -28,7 +28,7 @@ from attnbench.console import default_out_dir, emit_json, print_fusion_table, pr
 from attnbench.device import device_name, select
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.interrupts import SignalReceived, interrupted, signals_raise
-from attnbench.kernels.plan import CPU_DEFAULTS, GPU_DEFAULTS, KernelArgs, check_measured, plan_sweep
+from attnbench.kernels.plan import KernelArgs, check_measured, plan_sweep, sized
 from attnbench.kernels.sweep import SweepPlan, point_row, run_sweep
 from attnbench.kernels.workload import SweepPoint
 from attnbench.results import files
@@ -117,11 +117,10 @@ def run_env(command: list[str], args: KernelArgs, plan: SweepPlan) -> dict:
     """env.json: the machine and software, the sweep's flags (what --resume must match) and this
     run's share of the points."""
     env = collect(command)
-    defaults = CPU_DEFAULTS if torch.device(plan.device).type == "cpu" else GPU_DEFAULTS
+    full = sized(args, torch.device(plan.device))  # --tokens and --context as the device filled them
     env["sweep"] = sweep_record("kernel", args, {
-        "tokens": args.tokens or defaults["tokens"], "context": args.context or defaults["context"],
-        "budget_ms": plan.timing.budget_ms, "backend": plan.backends, "mode": plan.modes,
-        "replicates": plan.replicates})
+        "tokens": full.tokens, "context": full.context, "budget_ms": plan.timing.budget_ms,
+        "backend": plan.backends, "mode": plan.modes, "replicates": plan.replicates})
     shard = parse_shard(args.shard)
     if shard is not None:
         env["shard"] = {"index": shard[0], "count": shard[1], "points": len(plan.points)}

@@ -16,11 +16,12 @@ from dataclasses import fields
 from pathlib import Path
 
 from attnbench.errors import AttnbenchError, UsageError
+from attnbench.results import shards
 from attnbench.results.read import load_run
 from attnbench.runs.rundir import ResumeKey, RunDir
 
-EXECUTION_FLAGS = frozenset({"device", "devices", "out", "resume", "force", "json", "profile", "isolate",
-                             "point_timeout"})
+# the flags a resume may change: where and how points run (results/shards.py, as merge reads them), by field name
+EXECUTION_FLAGS = frozenset(flag[2:].replace("-", "_") for flag in shards.EXECUTION_FLAGS)
 # results.csv columns named otherwise than their flag
 COLUMN_FLAGS = {"num_heads": "--heads", "head_dim": "--dim", "num_kv_heads": "--kv-heads", "num_tokens": "--tokens",
                 "input_len": "--input-len", "output_len": "--output-len"}
