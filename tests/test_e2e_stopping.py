@@ -80,7 +80,7 @@ def test_cpu_defaults_fill_only_what_the_user_left_out():
     assert args.input_len == [64] and args.iters == 7
     assert (args.model, args.output_len, args.batch_size, args.warmup) == (
         CPU_DEFAULTS["model"], CPU_DEFAULTS["output_len"], CPU_DEFAULTS["batch_size"], CPU_DEFAULTS["warmup"])
-    assert scaled == {"model": "tiny", "output-len": "4", "batch-size": "1,2", "warmup": "1"}
+    assert scaled == {"model": "tiny", "output-len": "4", "batch-size": "1,2", "warmup": "0"}
 
 
 def test_gpu_defaults_are_the_seed_grid_and_say_nothing():
@@ -93,7 +93,7 @@ def test_the_cpu_line_names_what_was_scaled_and_keeps_the_users_flags(tmp_path):
     result = invoke(*TINY_RUN, "--out", out)
     assert result.exit_code == 0, result.output
     (line,) = [line for line in result.output.splitlines() if line.startswith("CPU run")]
-    assert "--model tiny" in line and "--warmup 1" in line and "--iters 3" in line and "to choose" in line
+    assert "--model tiny" in line and "--warmup 0" in line and "--iters 3" in line and "to choose" in line
     assert "--input-len" not in line and "--batch-size" not in line  # passed: not overridden, not named
     df = pd.read_csv(out / "results.csv")
     assert set(df["input_len"]) == {8} and set(df["measured_runs"]) == {3} and set(df["model"]) == {"tiny"}
@@ -110,7 +110,8 @@ def test_plan_and_eta_come_before_the_first_row_and_rows_record_the_rule(tmp_pat
     plan, probe, first = text.index("plan: 2 points x 1 backend(s) x 2 strategies = 4 rows"), \
         text.index("first timed run"), text.index("point 1/2 done")
     assert plan < probe < first and "ETA" in text[probe:first] and "ETA" in text[first:]
-    assert "6-8 measured runs, stopping once the p50's 95 % interval is within ±50 % (half its width)" in text
+    assert ("6-8 measured runs, stopping once the p50's (or, with strategies measured in turns, their run-by-run "
+            "ratio's) 95 % interval is within ±50 % (half its width)") in text
     df = pd.read_csv(out / "results.csv")
     assert df["measured_runs"].between(6, 8).all()
     assert (df["request_p50_ci_low_s"] <= df["request_p50_ci_high_s"]).all()

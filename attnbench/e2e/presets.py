@@ -29,17 +29,17 @@ PRESETS: dict[str, dict] = {
 }
 
 # The defaults of the flags a device scales (E2EArgs leaves them None: not given). On a GPU, the
-# seed's table: input/output lengths zipped, times every batch size, on llama-7b. Warm-ups: the
-# untimed check run before them already runs each row's requests through the same engine (graphs
-# captured, kernels compiled, memory pooled), so one more run settles the timed path; a row still
-# settling widens its interval and measures more runs (e2e/stopping.py). vllm bench latency's 10
-# warm-ups and 30 runs stay flags: --warmup 10 --iters 30 --precision 0.
+# seed's table: input/output lengths zipped, times every batch size, on llama-7b. No warm-up: the
+# untimed check run already ran each row's exact requests through the same engine (graphs
+# captured, kernels compiled, memory pooled); a first measured run still settling widens the
+# interval, and the rule measures more (e2e/stopping.py). vllm bench latency's 10 warm-ups and 30
+# runs stay flags: --warmup 10 --iters 30 --precision 0.
 # On the CPU the run is a pipeline demo (reference attention, perf_counter), scaled to finish in
 # well under a minute on a small machine: tiny, one short point at two batch sizes, a fixed count.
 GPU_DEFAULTS: dict[str, object] = dict(model="llama-7b", input_len=[32, 512], output_len=[128, 32],
-                                       batch_size=[1, 2, 4, 8, 16, 32], warmup=1, iters=30)
+                                       batch_size=[1, 2, 4, 8, 16, 32], warmup=0, iters=30)
 CPU_DEFAULTS: dict[str, object] = dict(model="tiny", input_len=[16], output_len=[4], batch_size=[1, 2],
-                                       warmup=1, iters=3)
+                                       warmup=0, iters=3)
 MIN_ITERS = 6  # the fewest runs whose range is a 95 % interval of the median (e2e/stopping.py)
 # --precision: the half-width of the p50's 95 % interval within 2 % of it. On a power-capped GPU a
 # request's latency moves by about that much from run to run, and a tighter default sends most rows

@@ -40,7 +40,7 @@ class E2ERun:
     warmup: int
     iters: int  # the most measured runs per row (all of them with precision 0)
     min_iters: int = 0  # the fewest; 0: a file from before the stopping rule (iters were all measured)
-    precision: float = 0.0  # stop once the p50's 95 % interval is within this share of it; 0: fixed
+    precision: float = 0.0  # stop once the p50's (or the ratio's, in turns) 95 % interval is within this share; 0: fixed
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,11 @@ class E2EMeasures(Sparse):
     measured_runs: int | None = None  # what the stopping rule (e2e/stopping.py) measured, min_iters to iters
     request_p50_ci_low_s: float | None = None  # the 95 % interval of the median of the runs' request
     request_p50_ci_high_s: float | None = None  # p50s (order statistics); blank under 6 runs
+    # this strategy's request p50 over unified's, round by round (turns.py: measured in turns): the
+    # median and its 95 % interval; blank on unified's row, without one, and (the interval) under 6 rounds
+    vs_unified: float | None = None
+    vs_unified_ci_low: float | None = None
+    vs_unified_ci_high: float | None = None
     finite: bool | None = None
     repeatable: bool | None = None
     verdict: str | None = None

@@ -1,8 +1,9 @@
 """The e2e runner: one (input_len, output_len, batch_size) point of a whole model, every backend x strategy.
 
 For each (input_len, output_len, batch_size) point, every backend x strategy runs the same
-requests on one model and one KV cache: one untimed check run that records logits, warm-up runs,
-then measured runs. Between compared runs only the attention backend and strategy change. The
+requests on one model and one KV cache: one untimed check run per row that records logits, then a
+backend's rows measured in turns (turns.py: warm-up rounds, then measured rounds of every strategy
+until the stopping rule is met). Between compared runs only the attention backend and strategy change. The
 check runs are compared (unified vs split; graph vs eager, from an extra eager check run when
 graphs are on) and each comparison becomes a row of agreement.csv. Rows go to results.csv as
 soon as they exist; parquet, summary.md and plots are written from them at the end.
@@ -10,11 +11,8 @@ soon as they exist; parquet, summary.md and plots are written from them at the e
 
 from __future__ import annotations
 
-import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import median
 from typing import Callable
 
 import torch
@@ -25,11 +23,11 @@ from attnbench.e2e.checkpoint import load_hf_checkpoint, read_hf_config
 from attnbench.e2e.engine import Engine, Generation
 from attnbench.e2e.model import PRESETS, ModelArgs, Transformer, fused, random_model
 from attnbench.e2e.modes import GraphChoice, GraphMode
-from attnbench.e2e.parallel import SINGLE, TensorParallel, all_reduce_outputs_, from_leader, random_rank_model
+from attnbench.e2e.parallel import SINGLE, TensorParallel, all_reduce_outputs_, random_rank_model
 from attnbench.e2e.agreement import FAILING, compare_generations, run_metrics, worst
 from attnbench.e2e.rows import E2E_POINT, E2EHead, E2EMeasures
 from attnbench.e2e.scheduler import KVCache, make_prompts
-from attnbench.e2e.stopping import StoppingRule, median_interval
+from attnbench.e2e.turns import interval_cells, measure_turns, ratio_cells
 from attnbench.errors import AttnbenchError, UsageError, error_reason
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.inputs import available_host_bytes, torch_dtype
@@ -92,7 +90,7 @@ class ModelEngines:
     def __init__(self, model: Transformer, max_num_seqs: int, max_model_len: int, block_size: int = 16,
                  chunk_size: int | None = None, seed: int = 0, tp: TensorParallel = SINGLE):
         dtype = model.tok_embeddings.dtype
-        self.tp = tp  # under --tp every rank runs as many requests as rank 0 decides (measure_runs)
+        self.tp = tp  # under --tp every rank runs as many requests as rank 0 decides (turns.measure_turns)
         self.model, self.max_num_seqs, self.max_model_len, self.chunk_size = model, max_num_seqs, max_model_len, chunk_size
         self.point = attention_point(model.args, str(dtype).removeprefix("torch."), block_size)
         self.cache = KVCache(model.args, KVCache.blocks_for(max_num_seqs, max_model_len, block_size), block_size,
@@ -140,39 +138,6 @@ class ModelSpec:
                             self.tp)
 
 
-def request_p50(run: Generation) -> float:
-    """A run's median request latency: the sample the stopping rule watches (one per run, since a
-    batch's requests share their steps and are not independent of each other)."""
-    return median(run.latency_s)
-
-
-def measure_runs(engine: Engine, prompts: list, output_len: int, warmup: int, rule: StoppingRule,
-                 on_probe: Callable[[float], None] | None, tp: TensorParallel = SINGLE) -> list[Generation]:
-    """Warm-ups, then measured runs until `rule` is satisfied (by rank 0's times under --tp: every
-    rank must run the same requests); on_probe hears the first run's seconds."""
-    measured: list[Generation] = []
-    samples: list[float] = []  # each measured run's request p50, as the runs come
-    for n in range(warmup + rule.max_runs):
-        if n >= warmup and from_leader(tp, lambda: rule.done(samples)):
-            break
-        start = time.perf_counter()
-        run = engine.generate(prompts, output_len)
-        if n == 0 and on_probe is not None:
-            on_probe(time.perf_counter() - start)
-        if n >= warmup:
-            measured.append(run)
-            samples.append(request_p50(run))
-    return measured
-
-
-def interval_cells(measured: list[Generation]) -> dict:
-    """How many runs were measured and the 95 % interval of their median request p50 (blank below
-    the 6 runs an interval needs)."""
-    interval = median_interval([request_p50(g) for g in measured]) or (math.nan, math.nan)  # a blank cell
-    return cells(E2EMeasures(measured_runs=len(measured), request_p50_ci_low_s=interval[0],
-                             request_p50_ci_high_s=interval[1]))
-
-
 def row_head(fields: dict, backend: str, strategy: str, choice: GraphChoice, graph_policy: str = "safe") -> dict:
     """A row's point, backend, library, strategy and mode: what it is, before what it measured."""
     package, version = get_backend(backend).library()
@@ -189,51 +154,96 @@ def failed_rows(args: E2EArgs, choices: dict[str, GraphChoice], fields: dict, ve
             for backend, choice in choices.items() for strategy in args.strategy]
 
 
+def check_runs(engines: ModelEngines, args: E2EArgs, backend: str, choice: GraphChoice, heads: dict[str, dict],
+               prompts: list, output_len: int, checks: dict) -> tuple[dict[str, Engine], dict[str, Exception]]:
+    """Each strategy's untimed check run (logits recorded; full and piecewise graphs captured on
+    first use, so the row's graph counts are known after it): the engines that ran it, and the failures."""
+    ran, failed = {}, {}
+    mode = "eager" if choice.cudagraph == GraphMode.NONE else "graph"
+    for strategy in args.strategy:
+        try:
+            engine = engines.engine(backend, strategy, choice.cudagraph, args.graph_policy)
+            checks[(backend, strategy, mode)] = engine.generate(prompts, output_len, record_logits=True)
+            count, reserved = engine.graph_stats()
+            heads[strategy].update(graphs=count, graph_mem_mb=round(reserved / 2**20, 1))
+            ran[strategy] = engine
+        except Exception as exc:  # noqa: BLE001  one failed row must not lose the others
+            failed[strategy] = exc
+    return ran, failed
+
+
+def finish_row(engines: ModelEngines, engine: Engine, row: dict, measured: dict[str, list[Generation]],
+               fields: dict, checks: dict, profile_out: Path | None, prompts: list) -> None:
+    """A measured row's metrics and intervals; --profile's runs; under graphs, the eager check run
+    of the same strategy (for the graph-vs-eager comparison only)."""
+    backend, strategy, output_len = row["backend"], row["strategy"], fields["output_len"]
+    check = checks[(backend, strategy, row["mode"])]
+    if profile_out is not None:  # extra runs after the measured ones, never among them
+        profile_generation(engine, prompts, output_len, profile_out, row)
+    runs = measured[strategy]
+    row.update(run_metrics(runs, fields["batch_size"], output_len), **interval_cells(runs),
+               **ratio_cells(measured, strategy), finite=bool(torch.isfinite(check.logits).all()),
+               repeatable=all(g.tokens == check.tokens for g in runs), verdict="pass", reason="")
+    if row["mode"] == "graph":
+        checks[(backend, strategy, "eager")] = engines.engine(backend, strategy, GraphMode.NONE).generate(
+            prompts, output_len, record_logits=True)
+
+
 def run_point(engines: ModelEngines, args: E2EArgs, choices: dict[str, GraphChoice], fields: dict,
               profile_out: Path | None = None,
               on_row: Callable[[dict], None] = lambda row: None,
               on_probe: Callable[[float], None] | None = None) -> tuple[list[dict], list[dict]]:
-    """Every backend x strategy on one point; then the agreement of their check runs. `on_row` sees
-    each row as it is measured (a worker's sign of life), before agreement settles its verdict;
-    `on_probe` the seconds of the point's first timed-path run (what an ETA is calibrated on).
-    choices: each backend's modes.choose_graphs answer."""
+    """Every backend x strategy on one point: per backend, each strategy's check run, then their
+    measured runs in turns (turns.py), then each row's eager check; then the agreement of the check
+    runs. `on_row` sees each row as it is measured (a worker's sign of life), before agreement
+    settles its verdict; `on_probe` the seconds of the point's first timed-path run (what an ETA is
+    calibrated on). choices: each backend's modes.choose_graphs answer."""
     prompts = make_prompts(fields["batch_size"], fields["input_len"], engines.model.args.vocab_size, args.seed)
-    output_len = fields["output_len"]
     rows, checks, agreements = [], {}, []
     for backend, choice in choices.items():
-        graphs = choice.cudagraph != GraphMode.NONE
-        mode = "graph" if graphs else "eager"
-        for strategy in args.strategy:
-            row = row_head(fields, backend, strategy, choice, args.graph_policy)
+        mode = "eager" if choice.cudagraph == GraphMode.NONE else "graph"
+        heads = {s: row_head(fields, backend, s, choice, args.graph_policy) for s in args.strategy}
+        ran, failed = check_runs(engines, args, backend, choice, heads, prompts, fields["output_len"], checks)
+        measured, lost = measure_turns(ran, prompts, fields["output_len"], args.warmup, args.stopping, on_probe,
+                                       engines.tp)
+        on_probe = None  # a point's first timed run only
+        failed.update(lost)
+        for strategy, row in heads.items():
             try:
-                engine = engines.engine(backend, strategy, choice.cudagraph, args.graph_policy)
-                check = checks[(backend, strategy, mode)] = engine.generate(prompts, output_len, record_logits=True)
-                count, reserved = engine.graph_stats()  # full/piecewise graphs are captured on first use: by the check run
-                row.update(graphs=count, graph_mem_mb=round(reserved / 2**20, 1))
-                measured = measure_runs(engine, prompts, output_len, args.warmup, args.stopping, on_probe, engines.tp)
-                on_probe = None  # a point's first timed run only
-                if profile_out is not None:  # --profile: extra runs after the measured ones, never among them
-                    profile_generation(engine, prompts, output_len, profile_out, row)
-                row.update(run_metrics(measured, fields["batch_size"], output_len), **interval_cells(measured),
-                           finite=bool(torch.isfinite(check.logits).all()),
-                           repeatable=all(g.tokens == check.tokens for g in measured), verdict="pass", reason="")
-                if graphs:  # the same strategy without graphs, for the graph-vs-eager check only
-                    checks[(backend, strategy, "eager")] = engines.engine(backend, strategy, GraphMode.NONE).generate(
-                        prompts, output_len, record_logits=True)
-            except Exception as exc:  # one failed row must not lose the others
+                if strategy in failed:
+                    raise failed[strategy]
+                finish_row(engines, ran[strategy], row, measured, fields, checks, profile_out, prompts)
+            except Exception as exc:  # noqa: BLE001  one failed row must not lose the others
                 row.update(verdict=failure_verdict(exc), reason=error_reason(exc))
             rows.append({**row, "fused_ops": fused.status})
             on_row(rows[-1])
-        pairs = [("unified", mode, s, mode) for s in args.strategy if s != "unified" and "unified" in args.strategy]
-        pairs += [(s, "eager", s, "graph") for s in args.strategy if graphs]
-        failed = {r["strategy"] for r in rows if r["backend"] == backend and r["verdict"] != "pass"}
-        for ref_s, ref_m, run_s, run_m in pairs:
-            ref, run = checks.get((backend, ref_s, ref_m)), checks.get((backend, run_s, run_m))
-            if ref is None or run is None or {ref_s, run_s} & failed:  # a failed row's logits prove nothing
-                continue
-            result = compare_generations(ref.tokens, ref.logits, run.tokens, run.logits)
-            agreements.append({**{k: fields[k] for k in E2E_POINT}, "backend": backend,
-                               "reference": f"{ref_s} {ref_m}", "run": f"{run_s} {run_m}", **result.row()})
+        agreements += backend_agreements(args, backend, mode, rows, checks, fields)
+    settle_verdicts(rows, agreements)
+    for check in checks.values():
+        check.logits = None  # free the recorded logits before the next point
+    return rows, agreements
+
+
+def backend_agreements(args: E2EArgs, backend: str, mode: str, rows: list[dict], checks: dict,
+                       fields: dict) -> list[dict]:
+    """One backend's comparisons of check runs: unified vs each other strategy (in its mode), and
+    under graphs each strategy's graph run vs its eager run; a failed row's logits prove nothing."""
+    pairs = [("unified", mode, s, mode) for s in args.strategy if s != "unified" and "unified" in args.strategy]
+    pairs += [(s, "eager", s, "graph") for s in args.strategy if mode == "graph"]
+    failed = {r["strategy"] for r in rows if r["backend"] == backend and r["verdict"] != "pass"}
+    found = []
+    for ref_s, ref_m, run_s, run_m in pairs:
+        ref, run = checks.get((backend, ref_s, ref_m)), checks.get((backend, run_s, run_m))
+        if ref is None or run is None or {ref_s, run_s} & failed:
+            continue
+        result = compare_generations(ref.tokens, ref.logits, run.tokens, run.logits)
+        found.append({**{k: fields[k] for k in E2E_POINT}, "backend": backend,
+                      "reference": f"{ref_s} {ref_m}", "run": f"{run_s} {run_m}", **result.row()})
+    return found
+
+
+def settle_verdicts(rows: list[dict], agreements: list[dict]) -> None:
+    """Each row's agreement (the worst comparison it is in) and, for a measured row, its verdict."""
     for row in rows:
         mine = [a["verdict"] for a in agreements if a["backend"] == row["backend"]
                 and f"{row['strategy']} {row['mode']}" in (a["reference"], a["run"])]
@@ -244,6 +254,3 @@ def run_point(engines: ModelEngines, args: E2EArgs, choices: dict[str, GraphChoi
                         "" if row["repeatable"] else "measured runs' tokens differ from the check run's"]
             problems = [p for p in problems if p]
             row.update(verdict="fail" if problems else "pass", reason="; ".join(problems))
-    for check in checks.values():
-        check.logits = None  # free the recorded logits before the next point
-    return rows, agreements

@@ -10,6 +10,11 @@ The interval is distribution-free: with n samples sorted, [x_(j), x_(n+1-j)] cov
 median with probability 1 - 2 P(Binomial(n, 1/2) <= j - 1), whatever the distribution (no normality,
 which latency samples with an occasional slow run do not have). The widest interval, the sample's
 range, reaches 95 % only from 6 samples on, so a row with fewer has no interval.
+
+Rows measured in turns (turns.py: each round runs every strategy of a backend once) stop together:
+once every row's p50 is known within `precision`, or once every strategy's run-by-run ratio to
+unified is (the same interval, over the rounds' ratios), which the clock's drift between rounds
+does not widen.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import dataclass
 from statistics import median
 
 CONFIDENCE = 0.95
+REFERENCE = "unified"  # what the other strategies are divided by
 
 
 def _binomial_half_pmf(n: int, k: int) -> float:
@@ -48,6 +54,15 @@ def relative_half_width(samples: list[float], confidence: float = CONFIDENCE) ->
     return (interval[1] - interval[0]) / 2 / mid
 
 
+def paired_ratios(samples: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Each other strategy's samples over unified's of the same round (samples: per strategy, one a
+    round, in order); empty without unified."""
+    base = samples.get(REFERENCE)
+    if not base:
+        return {}
+    return {s: [x / b for x, b in zip(xs, base)] for s, xs in samples.items() if s != REFERENCE}
+
+
 @dataclass(frozen=True)
 class StoppingRule:
     """Measured runs per row: at least `min_runs`, at most `max_runs`; in between, stop once the
@@ -70,9 +85,23 @@ class StoppingRule:
         width = relative_half_width(samples)
         return width is not None and width <= self.precision
 
+    def done_together(self, samples: dict[str, list[float]]) -> bool:
+        """Strategies measured in turns (one sample each a round): done when each has its most
+        runs, or from the fewest on when every p50 is within the precision, or every strategy's
+        ratio to unified is."""
+        counts = [len(xs) for xs in samples.values()]
+        if not counts or min(counts) >= self.max_runs:
+            return True
+        if min(counts) < self.min_runs or self.fixed:
+            return False
+        ratios = paired_ratios(samples)
+        return all(self.done(xs) for xs in samples.values()) or (
+            bool(ratios) and all(self.done(xs) for xs in ratios.values()))
+
     def describe(self) -> str:
         """The rule in words, for the plan printed before the first row."""
         if self.fixed:
             return f"{self.max_runs} measured runs (a fixed count)"
-        return (f"{self.min_runs}-{self.max_runs} measured runs, stopping once the p50's "
-                f"{CONFIDENCE * 100:.0f} % interval is within ±{self.precision * 100:g} % (half its width)")
+        return (f"{self.min_runs}-{self.max_runs} measured runs, stopping once the p50's (or, with strategies "
+                f"measured in turns, their run-by-run ratio's) {CONFIDENCE * 100:.0f} % interval is within "
+                f"±{self.precision * 100:g} % (half its width)")

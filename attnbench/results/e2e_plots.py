@@ -20,19 +20,42 @@ SETTINGS = [("model", ""), ("params", ""), ("dtype", ""), ("mode", ""), ("chunk_
 BATCH = "batch size (concurrent requests)"
 ROW = ["run", "backend", "mode", "input_len", "output_len", "batch_size"]
 P50_INTERVAL = ("request_p50_ci_low_s", "request_p50_ci_high_s")  # each row's 95 % interval of its p50
+BARS = {("rounds",): "dots and bars: the median of the run-by-run ratios (strategies measured in turns) and its 95 % "
+                     "interval",
+        ("rows",): "bars: the ratio's interval from the two rows' 95 % intervals of the p50",
+        ("rounds", "rows"): "bars: 95 % intervals, of the run-by-run ratios where strategies ran in turns, else "
+                            "from the two rows' intervals of the p50"}
 
 
-def ratio_intervals(measured: pd.DataFrame) -> pd.DataFrame:
-    """Per row and strategy, the ratio's interval [low / unified's high, high / unified's low] from
-    the two rows' intervals of the p50 (rows measured with enough runs have them); NaN elsewhere."""
-    if not all(c in measured for c in P50_INTERVAL) or measured[list(P50_INTERVAL)].isna().all().all():
-        return pd.DataFrame(columns=[*ROW, "strategy", "low", "high"])
-    ends = measured.pivot_table(index=ROW, columns="strategy", values=list(P50_INTERVAL), aggfunc="first")
-    low, high = ends[P50_INTERVAL[0]], ends[P50_INTERVAL[1]]
-    others = [s for s in low.columns if s != "unified"] if "unified" in low.columns else []
-    return pd.concat([pd.DataFrame({"low": low[s] / high["unified"], "high": high[s] / low["unified"]})
-                      .reset_index().assign(strategy=s) for s in others] or [pd.DataFrame(columns=[*ROW, "strategy"])],
-                     ignore_index=True)
+PAIRED = ("vs_unified", "vs_unified_ci_low", "vs_unified_ci_high")  # rows measured in turns (e2e/turns.py)
+
+
+def ratio_intervals(measured: pd.DataFrame, index: list[str] = ROW) -> pd.DataFrame:
+    """Per `index` and strategy, its p50 over unified's and that ratio's interval: where the rows
+    were measured in turns, the rounds' ratios' median and 95 % interval (`interval` "rounds");
+    else the p50s' ratio and [low / unified's high, high / unified's low] from the two rows' 95 %
+    intervals ("rows"); NaN where neither row has one. Empty without unified or another strategy."""
+    ratios = ratios_to_unified(measured, index, "request_p50_s")
+    if ratios.empty:
+        return pd.DataFrame(columns=[*index, "strategy", "ratio", "low", "high", "interval"])
+    have = [c for c in (*P50_INTERVAL, *PAIRED) if c in measured]
+    wide = measured.pivot_table(index=index, columns="strategy", values=have, aggfunc="first") if have else None
+
+    def column(name: str, strategy: str) -> pd.Series:
+        present = wide is not None and name in wide.columns.get_level_values(0) and strategy in wide[name]
+        return wide[name][strategy] if present else pd.Series(dtype=float)
+
+    parts = []
+    for strategy, g in ratios.groupby("strategy", sort=False):
+        keyed = g.set_index(index)
+        rows_low = (column(P50_INTERVAL[0], strategy) / column(P50_INTERVAL[1], "unified")).reindex(keyed.index)
+        rows_high = (column(P50_INTERVAL[1], strategy) / column(P50_INTERVAL[0], "unified")).reindex(keyed.index)
+        paired = [column(c, strategy).reindex(keyed.index) for c in PAIRED]
+        rounds = paired[1].notna() & paired[2].notna()
+        parts.append(keyed.assign(ratio=paired[0].where(rounds, keyed["ratio"]), low=paired[1].where(rounds, rows_low),
+                                  high=paired[2].where(rounds, rows_high),
+                                  interval=rounds.map({True: "rounds", False: "rows"})).reset_index())
+    return pd.concat(parts, ignore_index=True)
 
 
 def _measured(df: pd.DataFrame) -> pd.DataFrame:
@@ -52,9 +75,8 @@ def plot_e2e(df: pd.DataFrame, out_dir: Path) -> list[Path]:
     oracles = oracle_backends()
     heading = settings_text(measured, SETTINGS)
     written = [_latency_figure(measured, pairs, oracles, heading, out_dir / "e2e_latency.png")]
-    ratios = ratios_to_unified(measured, ROW, "request_p50_s")
+    ratios = ratio_intervals(measured)
     if not ratios.empty:
-        ratios = ratios.merge(ratio_intervals(measured), on=[*ROW, "strategy"], how="left")
         written.append(_ratio_figure(measured, ratios, pairs, oracles, heading, out_dir / "e2e_ratio.png"))
     return written
 
@@ -94,6 +116,6 @@ def _ratio_figure(measured, ratios, pairs, oracles, heading, path: Path) -> Path
                         marker="o", linestyle=LINESTYLES.get(strategy, ":"), color=color(name), label=name)
         ratio_y(ax, sel["ratio"], sel["low"], sel["high"], f"{names} (> 1: unified faster)")
         _pair_axis(ax, pair, sel["batch_size"])
-    bars = ("bars: the ratio's interval from the two rows' 95 % intervals of the p50" if ratios["low"].notna().any()
+    bars = (BARS[tuple(sorted(set(ratios.loc[ratios["low"].notna(), "interval"])))] if ratios["low"].notna().any()
             else "no interval: the rows hold no interval of their p50 (too few measured runs)")
     return finish(fig, axes, title(f"e2e {names} of p50 request latency", measured, heading, bars), path)

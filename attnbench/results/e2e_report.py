@@ -15,6 +15,7 @@ from attnbench.e2e.agreement import LOGIT_TOLERANCE, worst
 from attnbench.e2e.rows import E2E_POINT
 from attnbench.e2e.stopping import StoppingRule
 from attnbench.errors import AttnbenchError
+from attnbench.results.e2e_plots import ratio_intervals
 from attnbench.results.files import load_results, write_parquet
 from attnbench.results.tables import format_params, md_lines, ratio_names, strategies_in
 from attnbench.results.verdicts import on_cpu
@@ -41,29 +42,24 @@ def ratio_reading(strategy: str, low: float, high: float, on_cpu: bool) -> str:
 
 def e2e_table(df: pd.DataFrame) -> pd.DataFrame:
     """The seed's e2e table: per (input, output, batch size), p50 request latency of each strategy,
-    each strategy / unified, and what that ratio can say: the interval [low_s / high_u, high_s / low_u]
-    of the two rows' 95 % intervals (both hold together with at least 90 %), no verdict on the CPU."""
+    each strategy / unified, and what that ratio can say with its interval (e2e_plots.ratio_intervals:
+    the run-by-run ratios' where strategies ran in turns, else from the two rows' intervals), no
+    verdict on the CPU."""
     measured = df[df["verdict"].isin(["pass", "fail"])]
     if measured.empty:
         return pd.DataFrame()
     index = ["backend", "mode", *E2E_POINT]
-    values = [c for c in ("request_p50_s", "request_p50_ci_low_s", "request_p50_ci_high_s", "device") if c in measured]
-    pivot = measured.pivot_table(index=index, columns="strategy", values=values, aggfunc="first")
-    p50 = pivot["request_p50_s"]
+    p50 = measured.pivot_table(index=index, columns="strategy", values="request_p50_s", aggfunc="first")
     table = pd.DataFrame(index=p50.index)
     present = strategies_in(p50.columns)
     for strategy in present:
         table[f"{strategy} p50 s"] = p50[strategy]
-    if "unified" in present:
-        had = set(pivot.columns.get_level_values(0))  # a column all blank (no row had an interval) is not there
-        low, high = (pivot[c].reindex(columns=p50.columns) if c in had else p50 * math.nan
-                     for c in ("request_p50_ci_low_s", "request_p50_ci_high_s"))
-        cpu_rows = (pivot["device"] == "cpu").any(axis=1) if "device" in had else pd.Series(False, index=p50.index)
-        for strategy in present[1:]:
-            table[f"{strategy} / unified"] = p50[strategy] / p50["unified"]
-            table[f"{strategy} vs unified"] = [
-                ratio_reading(strategy, lo, hi, cpu) for lo, hi, cpu in
-                zip(low[strategy] / high["unified"], high[strategy] / low["unified"], cpu_rows)]
+    cpu_rows = measured.groupby(index)["device"].agg(lambda v: (v == "cpu").any()) if "device" in measured else None
+    for strategy, g in ratio_intervals(measured, index).groupby("strategy", sort=False):
+        g = g.set_index(index).reindex(table.index)
+        cpu = cpu_rows.reindex(table.index).fillna(False) if cpu_rows is not None else [False] * len(g)
+        table[f"{strategy} / unified"] = g["ratio"]
+        table[f"{strategy} vs unified"] = [ratio_reading(strategy, lo, hi, c) for lo, hi, c in zip(g["low"], g["high"], cpu)]
     table["agreement"] = measured.groupby(index)["agreement"].agg(lambda v: worst(v.dropna()))
     table["check"] = measured.groupby(index)["verdict"].agg(lambda v: "pass" if (v == "pass").all() else "FAIL")
     return table.reset_index().rename(columns={"input_len": "input len", "output_len": "output len",
@@ -89,8 +85,9 @@ AGREEMENT_COLUMNS = [*E2E_POINT, "backend", "reference", "run", "verdict", "toke
 def ratio_words(df: pd.DataFrame) -> str:
     """How to read the ratio columns, naming the strategies the run has."""
     ratios = ratio_names(df["strategy"].dropna().unique() if "strategy" in df else [])
-    return (f"{ratios} > 1 means unified is faster; the `vs unified` column reads it with its interval "
-            "(from the two rows' 95 % intervals of the p50) or says why it cannot")
+    return (f"{ratios} > 1 means unified is faster; the `vs unified` column reads it with its 95 % interval "
+            "(of the run-by-run ratios where the strategies ran in turns, else from the two rows' intervals of "
+            "the p50) or says why it cannot")
 
 
 def runs_text(df: pd.DataFrame, e2e: dict) -> str:

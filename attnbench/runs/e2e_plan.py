@@ -28,8 +28,9 @@ def plan_line(n_points: int, backends: list[str], strategies: list[str], eager_c
     checks = "1 untimed check run" + ((" and 1 eager one (the graph-vs-eager check)" if every else
                                        f" (and an eager one, the graph-vs-eager check, on {eager_checks} of a "
                                        f"point's {len(backends) * len(strategies)} rows)") if eager_checks else "")
+    turns = "; a backend's strategies measured in turns" if len(strategies) > 1 else ""
     return (f"plan: {n_points} points x {len(backends)} backend(s) x {len(strategies)} strategies = {rows} rows; "
-            f"each: {checks}, {warmup} warm-up{'' if warmup == 1 else 's'}, {rule.describe()}")
+            f"each: {checks}, {warmup} warm-up{'' if warmup == 1 else 's'}, {rule.describe()}{turns}")
 
 
 def duration(seconds: float) -> str:
