@@ -1,0 +1,7 @@
+"""Step traces: the batches a serving engine really runs, one engine step at a time.
+
+Why a room of its own: a sweep point (kernels/workload.py) is a batch attnbench invents; a trace is
+a stream of batches read from elsewhere (vLLM's shapes files and batch specs, request traces through
+a scheduler simulation). steps.py holds the format, jsonl.py reads and writes it, the other modules
+turn each kind of input into it. Nothing here touches a device or writes a file.
+"""
