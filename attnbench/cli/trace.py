@@ -98,7 +98,7 @@ def convert(
     with user_errors(console):
         if time_unit not in ("s", "ms"):
             raise UsageError(f"--time-unit: expected s or ms, got {time_unit!r}")
-        inputs = job.Inputs(steps, shapes, case or [], batch_spec or [], timed_trace, burstgpt, time_unit)
+        inputs = job.TraceInputs(steps, shapes, case or [], batch_spec or [], timed_trace, burstgpt, time_unit)
         inputs.check_one()
         shape = _shape(heads, kv_heads, dim, dtype, block_size)
         config = _config(max_num_batched_tokens, max_num_seqs, chunk_size, num_draft_tokens, step_ms, max_steps,

@@ -20,7 +20,7 @@ from attnbench.kernels.workload import MAX_CONTEXT, MAX_SEED
 from attnbench.results.atomic import write_text_atomic
 from attnbench.traces import jsonl, requests, vllm_shapes
 from attnbench.traces.scheduler import SchedulerConfig, simulate
-from attnbench.traces.steps import Header, Shape, Step, Trace
+from attnbench.traces.steps import Header, Shape, Trace, TraceStep
 
 
 def _reads_as(path: Path, reader: Callable[[Path], object]) -> bool:
@@ -62,7 +62,7 @@ INPUT_FLAGS = "--steps/--shapes/--case/--batch-spec/--timed-trace/--burstgpt"
 
 
 @dataclass(frozen=True)
-class Inputs:
+class TraceInputs:
     """What `trace convert` reads: exactly one kind of input."""
 
     steps: Path | None = None
@@ -93,12 +93,12 @@ def scheduled(reqs: list[requests.TimedRequest], config: SchedulerConfig, source
     return Trace(Header(source, shape, synthesized, generator), sim.steps)
 
 
-def _named_steps(named: list[tuple[str, Step]], source: str, shape: Shape) -> Trace:
+def _named_steps(named: list[tuple[str, TraceStep]], source: str, shape: Shape) -> Trace:
     return Trace(Header(source, shape, generator={"cases": [name for name, _ in named]}),
                  tuple(step for _, step in named))
 
 
-def convert(inputs: Inputs, shape: Shape, config: SchedulerConfig) -> Trace:
+def convert(inputs: TraceInputs, shape: Shape, config: SchedulerConfig) -> Trace:
     """Any supported input -> a step trace (request traces go through the scheduler simulation)."""
     inputs.check_one()
     if inputs.steps:

@@ -16,7 +16,7 @@ from typing import Iterator
 
 from attnbench.errors import UsageError
 from attnbench.traces.files import json_line, numbered_lines, where
-from attnbench.traces.steps import FORMAT, OPTIONAL, VERSION, FieldError, Header, Request, Shape, Step, Trace
+from attnbench.traces.steps import FORMAT, OPTIONAL, VERSION, FieldError, Header, Request, Shape, Trace, TraceStep
 
 COLUMNS = ("query_len", "kv_len", *OPTIONAL)
 HEADER_KEYS = {"format", "version", "source", "shape", "synthesized", "generator"}
@@ -28,7 +28,7 @@ def header_line(header: Header) -> str:
                        "generator": header.generator}, sort_keys=False)
 
 
-def step_line(step: Step) -> str:
+def step_line(step: TraceStep) -> str:
     columns = {name: [getattr(r, name) for r in step.requests] for name in COLUMNS}
     kept = {name: values for name, values in columns.items()
             if name not in OPTIONAL or any(v != OPTIONAL[name] for v in values)}
@@ -74,7 +74,7 @@ def parse_header(value: dict) -> Header:
                   version=version)
 
 
-def parse_step(value: dict) -> Step:
+def parse_step(value: dict) -> TraceStep:
     """One step line: equal-length columns, each value checked as a Request field."""
     unknown = sorted(set(value) - set(COLUMNS))
     if unknown:
@@ -97,7 +97,7 @@ def parse_step(value: dict) -> Step:
             requests.append(Request(**row))
         except FieldError as exc:
             raise UsageError(f"{exc} (request {i})") from None
-    return Step(tuple(requests))
+    return TraceStep(tuple(requests))
 
 
 def read_trace(path: Path, limit: int | None = None) -> Trace:

@@ -51,13 +51,13 @@ class TimedRequest:
         count(self.prefix_len, "prefix_length", 0, self.input_len)
 
 
-def _from_start(requests: list[TimedRequest], path: Path) -> list[TimedRequest]:
-    """Sorted by arrival, the first at 0; refused when there are none or too many."""
+def _from_start(requests: list[TimedRequest], path: Path, scale: float = 1.0) -> list[TimedRequest]:
+    """Sorted by arrival, the first at 0, in seconds (`scale`: seconds per unit of the file)."""
     if not requests:
         raise UsageError(f"{path}: holds no request")
     requests.sort(key=lambda r: r.arrival)
     start = requests[0].arrival
-    return [TimedRequest(r.arrival - start, r.input_len, r.output_len, r.prefix_len) for r in requests]
+    return [TimedRequest((r.arrival - start) * scale, r.input_len, r.output_len, r.prefix_len) for r in requests]
 
 
 def _too_many(path: Path, number: int) -> UsageError:
@@ -73,13 +73,13 @@ def read_timed(path: Path, time_unit: str = "s") -> list[TimedRequest]:
             for name in ("timestamp", "input_length", "output_length"):
                 if name not in value:
                     raise FieldError(name, "missing")
-            requests.append(TimedRequest(seconds(value["timestamp"], "timestamp") * scale, value["input_length"],
+            requests.append(TimedRequest(seconds(value["timestamp"], "timestamp"), value["input_length"],
                                          value["output_length"], value.get("prefix_length", 0)))
         except FieldError as exc:
             raise UsageError(f"{where(path, number)}: {exc}") from None
         if len(requests) > MAX_REQUESTS:
             raise _too_many(path, number)
-    return _from_start(requests, path)
+    return _from_start(requests, path, scale)
 
 
 BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from attnbench.errors import UsageError
 from attnbench.kernels.workload import MAX_BLOCK_SIZE, MAX_TOKENS
 from attnbench.traces.requests import TimedRequest
-from attnbench.traces.steps import MAX_REQUESTS, Request, Step
+from attnbench.traces.steps import MAX_REQUESTS, Request, TraceStep
 
 MAX_STEPS = 10_000_000
 
@@ -77,7 +77,7 @@ class Running:
 
 @dataclass(frozen=True)
 class Simulation:
-    steps: tuple[Step, ...]
+    steps: tuple[TraceStep, ...]
     finished: int
     unfinished: int  # left when max_steps ended the simulation
     seconds: float  # the simulated clock at the end
@@ -139,7 +139,7 @@ def simulate(requests: list[TimedRequest], config: SchedulerConfig) -> Simulatio
             clock = pending[0].arrival
             continue
         rows = _plan(running, waiting, config)
-        steps.append(Step(tuple(_row(seq, new, drafts) for seq, new, drafts in rows)))
+        steps.append(TraceStep(tuple(_row(seq, new, drafts) for seq, new, drafts in rows)))
         for seq, new, _ in rows:
             _advance(seq, new)
         done = [seq for seq in running if seq.generated >= seq.request.output_len]

@@ -78,7 +78,7 @@ OPTIONAL = {f.name: f.default for f in fields(Request) if f.name not in ("query_
 
 
 @dataclass(frozen=True)
-class Step:
+class TraceStep:
     """One engine step: its requests in the engine's order (`batch` puts decode rows first)."""
 
     requests: tuple[Request, ...]
@@ -158,7 +158,7 @@ class Header:
 @dataclass(frozen=True)
 class Trace:
     header: Header
-    steps: tuple[Step, ...]
+    steps: tuple[TraceStep, ...]
 
     def kinds(self) -> Counter:
         return Counter(step.kind for step in self.steps)

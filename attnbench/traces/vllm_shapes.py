@@ -20,7 +20,7 @@ from pathlib import Path
 
 from attnbench.errors import UsageError
 from attnbench.traces.files import checked_size
-from attnbench.traces.steps import MAX_REQUESTS, FieldError, Request, Step, count
+from attnbench.traces.steps import MAX_REQUESTS, FieldError, Request, TraceStep, count
 
 # at most 9 digits a number: int() of a longer one is past every bound anyway (and of thousands, slow)
 CASE = re.compile(r"(?:(\d{1,9})\*)?(\d{1,9})(?:@(\d{1,9}))?(c)?(?::(\d{1,9}))?")
@@ -28,15 +28,15 @@ SPEC = re.compile(r"(\d{1,9})?q(\d{1,9})(k?)(?:(?:kv|s)(\d{1,9})(k?))?")
 REQUEST_KEYS = ("query_len", "kv_len", "num_draft_tokens", "chunked", "count")
 
 
-def expand(groups: list[tuple[int, Request]]) -> Step:
+def expand(groups: list[tuple[int, Request]]) -> TraceStep:
     """(count, request) groups -> one step, refusing a total past MAX_REQUESTS before building it."""
     total = sum(n for n, _ in groups)
     if not 1 <= total <= MAX_REQUESTS:
         raise FieldError("count", f"a step holds 1 to {MAX_REQUESTS} requests, got {total}")
-    return Step(tuple(request for n, request in groups for _ in range(n)))
+    return TraceStep(tuple(request for n, request in groups for _ in range(n)))
 
 
-def parse_case(text: str) -> tuple[str, Step]:
+def parse_case(text: str) -> tuple[str, TraceStep]:
     """`NAME=[N*]Q[@K][c][:D],...` -> (name, step); a bad part is one error naming the flag and the part."""
     name, sep, body = str(text).partition("=")
     if not sep or not name.strip() or not body.strip():
@@ -62,7 +62,7 @@ def _size(digits: str, kilo: str) -> int:
     return int(digits) * (1024 if kilo else 1)
 
 
-def parse_batch_spec(text: str) -> Step:
+def parse_batch_spec(text: str) -> TraceStep:
     """`2q2k_32q1kv1k` -> one step (2 prefills of 2048 tokens, 32 decodes on 1024 keys)."""
     groups = []
     for segment in str(text).split("_"):
@@ -117,7 +117,7 @@ def _shape_request(value: object) -> tuple[int, Request]:
     return count(value.get("count", 1), "count", 1, MAX_REQUESTS), Request(**fields)
 
 
-def read_shapes(path: Path) -> list[tuple[str, Step]]:
+def read_shapes(path: Path) -> list[tuple[str, TraceStep]]:
     """`vllm bench forward --shapes` file -> (case name, step) for each case, in the file's order."""
     path = Path(path)
     document = load_document(path)
