@@ -100,8 +100,22 @@ def refused(args, named, *keep, what):
 def test_a_trace_too_large_is_refused_before_it_is_read(tmp_path):
     trace = tmp_path / "huge.jsonl"
     with open(trace, "wb") as f:  # sparse: the size is there, the bytes are not
-        f.truncate((256 << 20) + 1)
-    refused(["trace", "summary", trace], [str(trace), "at most 268435456 bytes"], what=("step trace", "huge"))
+        f.truncate((64 << 20) + 1)
+    refused(["trace", "summary", trace], [str(trace), "at most 67108864 bytes"], what=("step trace", "huge"))
+
+
+@pytest.mark.parametrize("source", ["steps", "shapes", "case", "synth"])
+def test_a_trace_past_the_row_cap_is_refused(tmp_path, monkeypatch, source):
+    """The cap (4 million request rows) lowered to 5: every reader and the simulation count rows."""
+    monkeypatch.setattr("attnbench.traces.steps.MAX_TRACE_ROWS", 5)
+    steps, shapes = tmp_path / "t.jsonl", tmp_path / "s.json"
+    steps.write_bytes(lines(HEADER, STEP, STEP, STEP))
+    shapes.write_text('{"cases": [{"requests": [{"query_len": 1, "count": 3}]}, {"requests": [{"query_len": 1, "count": 3}]}]}')
+    args = {"steps": ["--steps", steps], "shapes": ["--shapes", shapes], "case": ["--case", "a=3*1", "--case", "b=3*1"],
+            "synth": ["--num-requests", "9", "--rate", "0", "--output-len", "4"]}[source]
+    command = ["trace", "synth"] if source == "synth" else ["trace", "convert"]
+    refused([*command, *args, "--out", tmp_path / "o.jsonl"], ["more than 5 request rows"], tmp_path,
+            what=("row cap", source))
 
 
 @pytest.mark.parametrize("kind", ["directory", "missing"])

@@ -20,7 +20,7 @@ from attnbench.kernels.workload import MAX_CONTEXT, MAX_SEED
 from attnbench.results.atomic import write_text_atomic
 from attnbench.traces import jsonl, requests, vllm_shapes
 from attnbench.traces.scheduler import SchedulerConfig, simulate
-from attnbench.traces.steps import Header, Shape, Trace, TraceStep
+from attnbench.traces.steps import Header, Shape, Trace, TraceStep, check_rows
 
 
 def _reads_as(path: Path, reader: Callable[[Path], object]) -> bool:
@@ -94,6 +94,7 @@ def scheduled(reqs: list[requests.TimedRequest], config: SchedulerConfig, source
 
 
 def _named_steps(named: list[tuple[str, TraceStep]], source: str, shape: Shape) -> Trace:
+    check_rows(sum(len(step.requests) for _, step in named), source)
     return Trace(Header(source, shape, generator={"cases": [name for name, _ in named]}),
                  tuple(step for _, step in named))
 

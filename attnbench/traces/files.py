@@ -13,9 +13,10 @@ from typing import Iterator
 
 from attnbench.errors import UsageError
 
-# A trace file is read whole into Python objects (about 100 bytes of memory per byte of JSON for
-# columns of small ints); past this the machine's memory, not the trace, sets the limit.
-MAX_TRACE_BYTES = 256 << 20
+# A trace file is read whole into Python objects (up to about 30 bytes of memory per byte of JSON
+# for columns of small ints; steps.MAX_TRACE_ROWS bounds the rows too); a 10,000-step trace of 128
+# requests a step takes about 9 MB.
+MAX_TRACE_BYTES = 64 << 20
 
 
 def checked_size(path: Path, what: str, limit: int | None = None) -> int:

@@ -16,7 +16,8 @@ from typing import Iterator
 
 from attnbench.errors import UsageError
 from attnbench.traces.files import json_line, numbered_lines, where
-from attnbench.traces.steps import FORMAT, OPTIONAL, VERSION, FieldError, Header, Request, Shape, Trace, TraceStep
+from attnbench.traces.steps import (FORMAT, OPTIONAL, VERSION, FieldError, Header, Request, Shape, Trace, TraceStep,
+                                    check_rows)
 
 COLUMNS = ("query_len", "kv_len", *OPTIONAL)
 HEADER_KEYS = {"format", "version", "source", "shape", "synthesized", "generator"}
@@ -103,7 +104,7 @@ def parse_step(value: dict) -> TraceStep:
 def read_trace(path: Path, limit: int | None = None) -> Trace:
     """A step trace file, whole; a bad line is one error naming the file, the line and the field."""
     path = Path(path)
-    header, steps = None, []
+    header, steps, rows = None, [], 0
     for number, text in numbered_lines(path, "step trace", limit):
         value = json_line(path, number, text)
         try:
@@ -111,8 +112,10 @@ def read_trace(path: Path, limit: int | None = None) -> Trace:
                 header = parse_header(value)
             else:
                 steps.append(parse_step(value))
+                rows += len(steps[-1].requests)
         except UsageError as exc:
             raise UsageError(f"{where(path, number)}: {exc}") from None
+        check_rows(rows, where(path, number))
     if header is None:
         raise UsageError(f"{path}: the step trace is empty")
     if not steps:

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from attnbench.errors import UsageError
 from attnbench.kernels.workload import MAX_BLOCK_SIZE, MAX_TOKENS
 from attnbench.traces.requests import TimedRequest
-from attnbench.traces.steps import MAX_REQUESTS, Request, TraceStep
+from attnbench.traces.steps import MAX_REQUESTS, Request, TraceStep, check_rows
 
 MAX_STEPS = 10_000_000
 
@@ -131,7 +131,7 @@ def simulate(requests: list[TimedRequest], config: SchedulerConfig) -> Simulatio
     pending = deque(sorted(requests, key=lambda r: r.arrival))
     waiting: deque = deque()
     running: list[Running] = []
-    steps, finished, clock = [], 0, 0.0
+    steps, finished, clock, rows_total = [], 0, 0.0, 0
     while (pending or waiting or running) and len(steps) < config.max_steps:
         while pending and pending[0].arrival <= clock:
             waiting.append(pending.popleft())
@@ -139,6 +139,8 @@ def simulate(requests: list[TimedRequest], config: SchedulerConfig) -> Simulatio
             clock = pending[0].arrival
             continue
         rows = _plan(running, waiting, config)
+        rows_total += len(rows)
+        check_rows(rows_total, f"--max-steps: after {len(steps)} steps the simulation")
         steps.append(TraceStep(tuple(_row(seq, new, drafts) for seq, new, drafts in rows)))
         for seq, new, _ in rows:
             _advance(seq, new)

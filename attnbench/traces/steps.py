@@ -21,6 +21,9 @@ FORMAT = "attnbench-step-trace"
 VERSION = 1  # raised when a reader of this version would misread a newer file
 STEP_KINDS = ("decode", "prefill", "mixed")
 MAX_REQUESTS = 1 << 16  # requests of one step: far past any engine's max_num_seqs
+# request rows of one trace: each takes about 120 bytes of memory once read, so this bounds a trace
+# at about half a gigabyte (a 10,000-step trace of 128 requests a step holds 1.28 million)
+MAX_TRACE_ROWS = 4_000_000
 
 
 class FieldError(UsageError):
@@ -29,6 +32,13 @@ class FieldError(UsageError):
 
     def __init__(self, name: str, message: str):
         super().__init__(f"{name}: {message}")
+
+
+def check_rows(total: int, where: str) -> None:
+    """Refuse a trace of more than MAX_TRACE_ROWS request rows, as it is being read or built."""
+    if total > MAX_TRACE_ROWS:
+        raise UsageError(f"{where}: more than {MAX_TRACE_ROWS} request rows in one trace (about half a "
+                         "gigabyte of memory); split it into several traces")
 
 
 def count(value, name: str, low: int, high: int):
@@ -46,7 +56,7 @@ def flag(value, name: str) -> bool:
     return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Request:
     """One sequence of one step. `kv_len` includes the `query_len` new tokens; `num_draft_tokens`
     of the query tokens are speculative (a verify row has 1 + drafts); `prefix_hit` of the cached

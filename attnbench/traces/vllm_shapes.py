@@ -20,7 +20,7 @@ from pathlib import Path
 
 from attnbench.errors import UsageError
 from attnbench.traces.files import checked_size
-from attnbench.traces.steps import MAX_REQUESTS, FieldError, Request, TraceStep, count
+from attnbench.traces.steps import MAX_REQUESTS, FieldError, Request, TraceStep, check_rows, count
 
 # at most 9 digits a number: int() of a longer one is past every bound anyway (and of thousands, slow)
 CASE = re.compile(r"(?:(\d{1,9})\*)?(\d{1,9})(?:@(\d{1,9}))?(c)?(?::(\d{1,9}))?")
@@ -124,7 +124,7 @@ def read_shapes(path: Path) -> list[tuple[str, TraceStep]]:
     cases = document.get("cases") if isinstance(document, dict) else None
     if not isinstance(cases, list) or not cases:
         raise UsageError(f"{path}: expected {{\"cases\": [{{\"name\": ..., \"requests\": [...]}}, ...]}}")
-    out = []
+    out, rows = [], 0
     for i, case in enumerate(cases):
         label = f"{path}: cases[{i}]"
         if not isinstance(case, dict) or not isinstance(case.get("requests"), list):
@@ -143,4 +143,6 @@ def read_shapes(path: Path) -> list[tuple[str, TraceStep]]:
             out.append((name, expand(groups)))
         except FieldError as exc:
             raise UsageError(f"{label}: {exc}") from None
+        rows += len(out[-1][1].requests)
+        check_rows(rows, label)
     return out
