@@ -5,8 +5,11 @@ command its README gives."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,3 +112,20 @@ def test_the_header_records_the_scheduler(tmp_path):
     header = json.loads(out.read_text().splitlines()[0])
     assert header["generator"]["scheduler"]["max_num_seqs"] == 3
     assert header["generator"]["requests"]["input_len"] == "lognormal:600:0.8"
+
+
+def test_subcommand_help_and_usage_errors_import_nothing_heavy(tmp_path):
+    """As tests/test_cli_startup.py checks for the top-level commands: a fresh interpreter, and the
+    heavy modules in sys.modules after each invocation."""
+    argvs = [["trace", name, "--help"] for name in ("convert", "synth", "requests", "summary")]
+    argvs += [["trace", "synth", "--rate", "-1", "--out", str(tmp_path / "o.jsonl")],
+              ["trace", "convert", "--case", "a=x", "--out", str(tmp_path / "o.jsonl")]]
+    script = (f"import contextlib, io, sys\nfrom attnbench.cli.main import main\nfor argv in {argvs!r}:\n"
+              "    sys.argv = ['attnbench', *argv]\n"
+              "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+              "        try:\n            main()\n        except SystemExit:\n            pass\n"
+              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pandas', 'matplotlib', 'numpy')))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
