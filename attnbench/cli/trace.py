@@ -82,13 +82,15 @@ def convert(
     timed_trace: Annotated[Optional[Path], typer.Option(help="A request trace as vLLM's timed trace JSON Lines (timestamp, input_length, output_length), scheduled by the simulation. Example: --timed-trace requests.jsonl")] = None,
     burstgpt: Annotated[Optional[Path], typer.Option(help="A BurstGPT-style CSV (Timestamp, Request tokens, Response tokens), scheduled by the simulation. Example: --burstgpt BurstGPT_1.csv")] = None,
     time_unit: Annotated[str, typer.Option(help="Unit of --timed-trace timestamps: s or ms (Mooncake-style traces). Example: --time-unit ms")] = "s",
+    flashinfer_bench: Annotated[Optional[Path], typer.Option(help="A flashinfer-bench workload JSON Lines file of a paged GQA definition (gqa_paged_decode_* or gqa_paged_prefill_causal_*); its index tensors are read from the safetensors files it points to. One step per workload. Example: --flashinfer-bench workloads/gqa_paged/gqa_paged_decode_h32_kv8_d128_ps1.jsonl")] = None,
+    fib_root: Annotated[Optional[Path], typer.Option(help="The flashinfer-bench dataset root the workloads' safetensors paths are relative to (default: the folder above workloads/, else the file's own). Example: --fib-root flashinfer-trace")] = None,
     heads: Heads = None, kv_heads: KvHeads = None, dim: Dim = None, dtype: TraceDtype = None,
     block_size: BlockSize = None, max_num_batched_tokens: Budget = 2048, max_num_seqs: MaxSeqs = 128,
     chunk_size: Chunk = 512, num_draft_tokens: Drafts = 0, step_ms: StepMs = 20.0, max_steps: MaxSteps = 100_000,
     force: Force = False,
 ) -> None:
-    """Convert one kind of input into a step trace: a vLLM shapes file, --case or batch-spec strings
-    (one step each), or a request trace (scheduled into steps by the simulation).
+    """Convert one kind of input into a step trace: a vLLM shapes file, --case or batch-spec strings,
+    flashinfer-bench workloads (one step each), or a request trace (scheduled into steps by the simulation).
 
     Example: attnbench trace convert --batch-spec 2q2k_32q1kv1k --batch-spec 64q1kv4k --out mix.jsonl
     """
@@ -98,7 +100,8 @@ def convert(
     with user_errors(console):
         if time_unit not in ("s", "ms"):
             raise UsageError(f"--time-unit: expected s or ms, got {time_unit!r}")
-        inputs = job.TraceInputs(steps, shapes, case or [], batch_spec or [], timed_trace, burstgpt, time_unit)
+        inputs = job.TraceInputs(steps, shapes, case or [], batch_spec or [], timed_trace, burstgpt, time_unit,
+                                 flashinfer_bench, fib_root)
         inputs.check_one()
         shape = _shape(heads, kv_heads, dim, dtype, block_size)
         config = _config(max_num_batched_tokens, max_num_seqs, chunk_size, num_draft_tokens, step_ms, max_steps,
@@ -173,6 +176,26 @@ def requests(
         console.print(f"wrote {out}: {num_requests} requests", highlight=False)
 
 
+def to_flashinfer_bench(
+    trace: Annotated[Path, typer.Argument(help="An attnbench step trace whose header records the attention shape. Example: scenarios/traces/chat-mid.jsonl")],
+    out: Annotated[Path, typer.Option(help="The folder to write (new or empty; with --force, one this command wrote): workloads/gqa_paged/*.jsonl and blob/. Example: --out fib-chat")],
+    page_size: Annotated[Optional[int], typer.Option(help="KV page size of the definitions (default: the trace's block size, else 1). Example: --page-size 64")] = None,
+    force: Annotated[bool, typer.Option(help="Write into an --out that this command wrote before, replacing what it wrote (other files stay). Example: --force")] = False,
+) -> None:
+    """Write a step trace as flashinfer-bench workloads of its paged GQA definitions: each step's
+    one-token rows as a decode call, its other rows as a causal prefill call.
+
+    Example: attnbench trace to-flashinfer-bench scenarios/traces/chat-mid.jsonl --out fib-chat
+    """
+    from attnbench.runs import trace as job
+
+    console = make_console()
+    with user_errors(console):
+        written = job.write_flashinfer_bench(job.jsonl.read_trace(trace), out, force, page_size)
+        for name, n in written.items():
+            console.print(f"wrote {out}/workloads/gqa_paged/{name}.jsonl: {n} workloads", highlight=False)
+
+
 def summary(
     trace: Annotated[Path, typer.Argument(help="An attnbench step trace. Example: scenarios/traces/decode-heavy.jsonl")],
 ) -> None:
@@ -189,5 +212,6 @@ def summary(
         print_summary(console, trace, read_trace(trace))
 
 
-for _name, _command in (("convert", convert), ("synth", synth), ("requests", requests), ("summary", summary)):
+for _name, _command in (("convert", convert), ("synth", synth), ("requests", requests), ("summary", summary),
+                        ("to-flashinfer-bench", to_flashinfer_bench)):
     app.command(_name, short_help=" ".join((_command.__doc__ or "").split("\n\n")[0].split()))(_command)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Callable
 
 from attnbench.errors import AttnbenchError, UsageError
-from attnbench.kernels.workload import MAX_CONTEXT, MAX_SEED
-from attnbench.results.atomic import write_text_atomic
+from attnbench.kernels.workload import MAX_BLOCK_SIZE, MAX_CONTEXT, MAX_SEED
+from attnbench.results.atomic import replace_atomic, write_text_atomic
 from attnbench.traces import jsonl, requests, vllm_shapes
 from attnbench.traces.scheduler import SchedulerConfig, simulate
 from attnbench.traces.steps import Header, Shape, Trace, TraceStep, check_rows
@@ -58,7 +58,7 @@ def write_output(path: Path, text: str, flag: str = "--out") -> Path:
         raise UsageError(f"{flag}: cannot write {path}: {exc.strerror or exc}") from None
 
 
-INPUT_FLAGS = "--steps/--shapes/--case/--batch-spec/--timed-trace/--burstgpt"
+INPUT_FLAGS = "--steps/--shapes/--case/--batch-spec/--timed-trace/--burstgpt/--flashinfer-bench"
 
 
 @dataclass(frozen=True)
@@ -72,14 +72,18 @@ class TraceInputs:
     timed_trace: Path | None = None
     burstgpt: Path | None = None
     time_unit: str = "s"
+    flashinfer_bench: Path | None = None
+    fib_root: Path | None = None
 
     def files(self) -> list[Path]:
-        return [Path(p) for p in (self.steps, self.shapes, self.timed_trace, self.burstgpt) if p is not None]
+        return [Path(p) for p in (self.steps, self.shapes, self.timed_trace, self.burstgpt, self.flashinfer_bench)
+                if p is not None]
 
     def check_one(self) -> None:
         given = [flag for flag, value in (("--steps", self.steps), ("--shapes", self.shapes), ("--case", self.cases),
                                           ("--batch-spec", self.batch_specs), ("--timed-trace", self.timed_trace),
-                                          ("--burstgpt", self.burstgpt)) if value]
+                                          ("--burstgpt", self.burstgpt),
+                                          ("--flashinfer-bench", self.flashinfer_bench)) if value]
         if len(given) != 1:
             raise UsageError(f"{'/'.join(given) or INPUT_FLAGS}: give exactly one kind of input")
 
@@ -114,6 +118,14 @@ def convert(inputs: TraceInputs, shape: Shape, config: SchedulerConfig) -> Trace
     if inputs.batch_specs:
         named = [(spec, vllm_shapes.parse_batch_spec(spec)) for spec in inputs.batch_specs]
         return _named_steps(named, "vllm attention_benchmarks --batch-specs", shape)
+    if inputs.flashinfer_bench:
+        from attnbench.traces import flashinfer_bench  # brings numpy and safetensors
+
+        file_shape, named, skipped = flashinfer_bench.read_workloads(inputs.flashinfer_bench, inputs.fib_root)
+        trace = _named_steps(named, f"flashinfer-bench workloads {inputs.flashinfer_bench}",
+                             shape if shape.as_dict() else file_shape)
+        return Trace(Header(trace.header.source, trace.header.shape,
+                            generator={**trace.header.generator, "skipped_empty_rows": skipped}), trace.steps)
     if inputs.timed_trace:
         reqs = requests.read_timed(inputs.timed_trace, inputs.time_unit)
         return scheduled(reqs, config, f"timed trace {inputs.timed_trace}", shape, False,
@@ -167,3 +179,36 @@ def write_trace(trace: Trace, out: Path, force: bool, inputs: list[Path]) -> Pat
 def write_requests(reqs: list[requests.TimedRequest], out: Path, force: bool) -> Path:
     claim_output(out, force, [], requests.read_timed)
     return write_output(out, requests.timed_text(reqs))
+
+
+def write_flashinfer_bench(trace: Trace, out: Path, force: bool, page_size: int | None) -> dict[str, int]:
+    """The trace as flashinfer-bench workloads under `out` (a run directory: new, empty, or one this
+    command wrote, with --force): workloads/gqa_paged/DEFINITION.jsonl and the index tensors under
+    blob/. Returns the workloads written per definition."""
+    import json
+
+    from safetensors.numpy import save_file
+
+    from attnbench.runs.rundir import RunDir
+    from attnbench.traces import flashinfer_bench
+
+    shape = trace.header.shape
+    if not (shape.num_heads and shape.num_kv_heads and shape.head_dim):
+        raise UsageError("TRACE: its header records no attention shape; convert it with --heads, --kv-heads and "
+                         "--dim first (trace convert --steps TRACE ...)")
+    page = page_size if page_size is not None else (shape.block_size or 1)
+    if not 1 <= page <= MAX_BLOCK_SIZE:
+        raise UsageError(f"--page-size: must be between 1 and {MAX_BLOCK_SIZE}, got {page}")
+    run, lines = RunDir.prepare(Path(out), force=force), {}
+    with run.locked():
+        for i, step in enumerate(trace.steps):
+            for name, line, tensors in flashinfer_bench.step_workloads(step, shape, page, f"step{i}"):
+                blob = run.path / line["workload"]["inputs"]["kv_indptr"]["path"]
+                blob.parent.mkdir(parents=True, exist_ok=True)
+                replace_atomic(blob, lambda tmp, tensors=tensors: save_file(tensors, str(tmp)))
+                lines.setdefault(name, []).append(json.dumps(line))
+        for name, texts in lines.items():
+            path = run.path / "workloads" / "gqa_paged" / f"{name}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(path, "".join(text + "\n" for text in texts))
+    return {name: len(texts) for name, texts in lines.items()}
