@@ -199,6 +199,9 @@ def write_flashinfer_bench(trace: Trace, out: Path, force: bool, page_size: int 
     page = page_size if page_size is not None else (shape.block_size or 1)
     if not 1 <= page <= MAX_BLOCK_SIZE:
         raise UsageError(f"--page-size: must be between 1 and {MAX_BLOCK_SIZE}, got {page}")
+    if not force and Path(out).is_dir() and any(Path(out).iterdir()):
+        raise UsageError(f"--out: {out} is not empty; choose a new folder, or --force over one this command wrote "
+                         "(files it did not write stay)")
     run, lines = RunDir.prepare(Path(out), force=force), {}
     with run.locked():
         for i, step in enumerate(trace.steps):
