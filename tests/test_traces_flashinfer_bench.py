@@ -12,10 +12,14 @@ import numpy as np
 import pytest
 from bad_input_cli import assert_one_error_line, invoke
 from bad_results import snapshot
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.numpy import save_file
 
+from attnbench.runs.trace import write_flashinfer_bench
 from attnbench.traces.flashinfer_bench import read_workloads
 from attnbench.traces.jsonl import read_trace
+from attnbench.traces.steps import Header, Shape, Trace, TraceStep
 from attnbench.traces.steps import Request as R
 
 DECODE, PREFILL = "gqa_paged_decode_h32_kv8_d128_ps64", "gqa_paged_prefill_causal_h32_kv4_d128_ps1"
@@ -125,3 +129,24 @@ def test_a_trace_without_a_shape_or_over_a_users_folder_is_refused(tmp_path):
     assert "--page-size" in assert_one_error_line(invoke("trace", "to-flashinfer-bench", trace.with_name("s.jsonl"),
                                                          "--out", tmp_path / "x", "--page-size", "0"))
     assert Counter(p.suffix for p in (out / "workloads" / "gqa_paged").iterdir()) == Counter({".jsonl": 1})
+
+
+@settings(max_examples=25, deadline=None)
+@given(steps=st.lists(st.lists(st.tuples(st.integers(1, 300), st.integers(0, 3000), st.booleans()), min_size=1,
+                               max_size=12), min_size=1, max_size=4),
+       page=st.sampled_from([1, 16, 64]))
+def test_any_step_keeps_its_rows_through_workloads(tmp_path_factory, steps, page):
+    """Every row comes back once, in its call (decode: one token and not a chunk), with its lengths."""
+    trace = Trace(Header("h", Shape(32, 8, 128)), tuple(TraceStep(tuple(R(q, q + extra, chunked=c and q > 1)
+                                                                       for q, extra, c in rows)) for rows in steps))
+    out = tmp_path_factory.mktemp("fib") / "out"
+    write_flashinfer_bench(trace, out, False, page)
+    read = {}
+    for path in sorted((out / "workloads" / "gqa_paged").iterdir()):
+        read.update({uuid: Counter((r.query_len, r.kv_len) for r in step.requests)
+                     for uuid, step in read_workloads(path)[1]})
+    for i, step in enumerate(trace.steps):
+        for stage in ("decode", "prefill"):
+            rows = Counter((r.query_len, r.kv_len) for r in step.requests
+                           if (r.query_len == 1 and not r.chunked) == (stage == "decode"))
+            assert read.get(f"step{i}-{stage}", Counter()) == rows
