@@ -72,6 +72,9 @@ def test_a_step_trace_converts_to_itself_with_a_shape_added(tmp_path):
     assert invoke("trace", "convert", "--steps", first, "--heads", "8", "--out", second).exit_code == 0
     assert read_trace(second).steps == read_trace(first).steps
     assert read_trace(second).header.shape.num_heads == 8
+    third = tmp_path / "c.jsonl"
+    assert invoke("trace", "convert", "--steps", second, "--block-size", "32", "--out", third).exit_code == 0
+    assert read_trace(third).header.shape.as_dict() == {"num_heads": 8, "block_size": 32}  # a flag adds to the header
 
 
 def test_requests_then_convert_equals_synth(tmp_path):

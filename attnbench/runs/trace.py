@@ -108,8 +108,8 @@ def convert(inputs: TraceInputs, shape: Shape, config: SchedulerConfig) -> Trace
     inputs.check_one()
     if inputs.steps:
         trace = jsonl.read_trace(inputs.steps)
-        return Trace(Header(trace.header.source, shape if shape.as_dict() else trace.header.shape,
-                            trace.header.synthesized, trace.header.generator), trace.steps)
+        return Trace(Header(trace.header.source, shape.over(trace.header.shape), trace.header.synthesized,
+                            trace.header.generator), trace.steps)
     if inputs.shapes:
         return _named_steps(vllm_shapes.read_shapes(inputs.shapes), f"vllm bench forward --shapes {inputs.shapes}",
                             shape)
@@ -123,7 +123,7 @@ def convert(inputs: TraceInputs, shape: Shape, config: SchedulerConfig) -> Trace
 
         file_shape, named, skipped = flashinfer_bench.read_workloads(inputs.flashinfer_bench, inputs.fib_root)
         trace = _named_steps(named, f"flashinfer-bench workloads {inputs.flashinfer_bench}",
-                             shape if shape.as_dict() else file_shape)
+                             shape.over(file_shape))
         return Trace(Header(trace.header.source, trace.header.shape,
                             generator={**trace.header.generator, "skipped_empty_rows": skipped}), trace.steps)
     if inputs.timed_trace:

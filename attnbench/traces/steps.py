@@ -148,6 +148,10 @@ class Shape:
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
+    def over(self, base: Shape) -> Shape:
+        """`base` with the fields this shape gives replacing its own (flags over a file's header)."""
+        return Shape(**{**base.as_dict(), **self.as_dict()})
+
 
 @dataclass(frozen=True)
 class Header:
