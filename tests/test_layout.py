@@ -31,6 +31,7 @@ LAYERS = [
     ["workers"],
     ["results"],
     ["e2e"],
+    ["traces"],
     ["kernels"],
     ["profiler", "device", "interrupts"],
     ["errors"],

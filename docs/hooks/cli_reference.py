@@ -104,11 +104,22 @@ def cli_reference_markdown(app: Any | None = None) -> str:
              "Generated from the command-line app at build time: every command, its help text and "
              "every option with its type and default. `attnbench COMMAND --help` prints the same.",
              "", escape_markdown((root.help or "").strip()), ""]
-    for name in sorted(root.commands):
-        command = root.commands[name]
-        if not getattr(command, "hidden", False):
-            lines += command_section(name, command)
+    for name, command in visible_commands(root):
+        lines += command_section(name, command)
     return "\n".join(lines)
+
+
+def visible_commands(group: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """(`name` or `group sub`, command) for every visible command, a group's subcommands after it."""
+    found = []
+    for name in sorted(group.commands):
+        command = group.commands[name]
+        if getattr(command, "hidden", False):
+            continue
+        found.append((f"{prefix}{name}", command))
+        if hasattr(command, "commands"):  # a group (`attnbench trace`): its subcommands follow it
+            found += visible_commands(command, f"{prefix}{name} ")
+    return found
 
 
 def on_files(files: Any, config: Any) -> Any:
