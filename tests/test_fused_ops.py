@@ -234,9 +234,9 @@ class TestOnCuda:
             static.copy_(new)
         graph.replay()
         torch.cuda.synchronize()
-        summed = x.double() + residual.double()
-        for got, want in zip(outs, (norm64(x, weight), norm64(summed, weight), summed, rope64(q, new_angles[:5]),
-                                    rope64(k, new_angles[:5]), silu_mul64(gate_up))):
+        wants = (norm64(x, weight), norm64(outs[2], weight), x.double() + residual.double(),
+                 rope64(q, new_angles[:5]), rope64(k, new_angles[:5]), silu_mul64(gate_up))
+        for got, want in zip(outs, wants, strict=True):
             assert_close(got, want, dtype)
 
     def test_the_model_runs_the_kernels_and_says_so(self, ops):
@@ -251,5 +251,6 @@ class TestOnCuda:
         if reason is not None:
             pytest.skip(f"vllm-fa2 unavailable: {reason}")
         df, agreement = cli_graph_run("vllm-fa2", "full", tmp_path)
-        assert (df["fused_ops"] == fused.KERNELS).all(), df["fused_ops"].unique()
-        assert set(agreement["verdict"]) == {"match"}, agreement
+        assert (df["fused_ops"] == fused.KERNELS).all() and (df["verdict"] == "pass").all(), df
+        graph_vs_eager = agreement[agreement["run"] == agreement["reference"].str.replace("eager", "graph")]
+        assert len(graph_vs_eager) and (graph_vs_eager["verdict"] == "match").all(), graph_vs_eager
