@@ -10,9 +10,9 @@ Each op is one launch over a simple grid whose block sizes follow from the shape
 (no autotuning), reads its inputs through their strides, computes in float32 and rounds once to
 the input's dtype. Outputs come from torch.empty, so the launches can be captured in CUDA graphs.
 model.py keeps the plain-torch definitions: they are the reference, the CPU path and the fallback.
-The kernels are written for this file; vLLM's csrc/layernorm_kernels.cu (one block per token for
-fused_add_rms_norm) and Liger-Kernel's rope.py (q and k heads rotated by one program) were read
-for the layout of the work, not copied.
+The kernels are written for this file; the work is split as vLLM's csrc/layernorm_kernels.cu
+(one block per token for fused_add_rms_norm) and Liger-Kernel's ops/rope.py (one program rotates
+a token's q and k heads) split theirs.
 
 This module imports triton at the top: elementwise.py imports it only on the first CUDA call, so
 the CPU path and CI (no triton) never need it.
