@@ -25,15 +25,16 @@ import math
 import torch
 
 try:
-    from attnbench.e2e.model import ModelArgs, random_model
+    from attnbench.e2e.model import ModelArgs, fused, random_model
     from attnbench.e2e.runner import ModelEngines
     from attnbench.e2e.scheduler import make_prompts
 except ImportError:  # the flat layout before the rooms: for a before/after run
     from attnbench.e2e_cmd import Runner as ModelEngines
     from attnbench.engine import make_prompts
-    from attnbench.model import ModelArgs, random_model
+    from attnbench.model import ModelArgs, fused, random_model
 
 ATTENTION_CALL = ("attention.py", "attention_ops.py")  # PagedAttention.__call__, now and before
+ELEMENTWISE_CALL = ("elementwise.py", "model.py")  # fused.__call__: Triton kernels now, torch.compile before
 
 
 def main() -> None:
@@ -69,10 +70,12 @@ def main() -> None:
         engine.generate(prompts, args.output_len)
     profiler.disable()
     stats = pstats.Stats(profiler)
+    said = {ATTENTION_CALL: "attention callable (write K/V + attention, per layer)",
+            ELEMENTWISE_CALL: f"elementwise ops (RMSNorm, RoPE, SiLU-and-mul: {fused.status})"}
     for (path, _, name), (_, calls, _, cumulative, _) in stats.stats.items():
-        if path.endswith(ATTENTION_CALL) and name == "__call__":
-            print(f"attention callable (write K/V + attention, per layer): {calls} calls, "
-                  f"{cumulative / calls * 1e6:.1f} us each under cProfile")
+        for files, what in said.items():
+            if path.endswith(files) and name == "__call__":
+                print(f"{what}: {calls} calls, {cumulative / calls * 1e6:.1f} us each under cProfile")
     text = io.StringIO()
     stats.stream = text
     stats.sort_stats("tottime").print_stats(args.top)

@@ -16,9 +16,7 @@ from its share of the shape (parallel.rank_args) and parallel.py adds the all-re
 
 from __future__ import annotations
 
-import functools
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -26,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnbench.e2e.elementwise import fused
 from attnbench.e2e.presets import PRESETS
 from attnbench.errors import UsageError
 
@@ -87,35 +86,6 @@ def rope_inv_freq(args: ModelArgs) -> torch.Tensor:
     return inv
 
 
-class fused:
-    """nano-vllm's habit: a chain of small elementwise ops becomes one kernel on CUDA (torch.compile).
-
-    A decode step at batch 1 is weight-read bound; its ~40 tiny elementwise kernels per layer would
-    add milliseconds even inside a CUDA graph. The CPU path runs the same function as plain torch.
-    If compiling fails, CUDA runs it as plain torch too, and `fused.status` says so (env.json).
-    """
-
-    status = "plain torch (fused by torch.compile only on CUDA)"
-
-    def __init__(self, fn):
-        self.fn, self.compiled = fn, None
-        functools.update_wrapper(self, fn)
-
-    def __call__(self, x: torch.Tensor, *args):
-        if not x.is_cuda:
-            return self.fn(x, *args)
-        if self.compiled is None:
-            self.compiled = torch.compile(self.fn, dynamic=True)
-            fused.status = "torch.compile (inductor): residual add + RMSNorm, RoPE, SiLU-and-mul"
-        try:
-            return self.compiled(x, *args)
-        except Exception as exc:  # noqa: BLE001  record it, keep the run going unfused
-            fused.status = f"plain torch: torch.compile failed ({type(exc).__name__}: {str(exc)[:160]})"
-            warnings.warn(fused.status, stacklevel=2)
-            self.compiled = self.fn
-            return self.fn(x, *args)
-
-
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate-half RoPE (the Hugging Face layout, so checkpoints load without permuting q/k)."""
     x1, x2 = x.float().chunk(2, dim=-1)
@@ -128,12 +98,10 @@ def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
     return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+@fused
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     h = x.float()
     return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-
-
-rms_norm = fused(_rms)
 
 
 @fused
@@ -141,7 +109,7 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
     """The residual add and the RMSNorm after it in one kernel (vLLM's fused_add_rms_norm):
     (norm(x + residual), x + residual). The add is in the model's dtype, as an unfused add is."""
     h = x + residual
-    return _rms(h, weight, eps), h
+    return rms_norm.fn(h, weight, eps), h
 
 
 @fused

@@ -1,0 +1,57 @@
+"""Which implementation runs the model's small elementwise ops, and the record of it.
+
+Why it exists: nano-vllm's habit, a chain of small elementwise ops becomes one kernel on CUDA. A
+decode step at batch 1 is weight-read bound; ~40 tiny elementwise kernels per layer would add
+milliseconds even inside a CUDA graph. model.py defines each op in plain torch and marks it
+`@fused`: the function is the reference and the CPU path, and on CUDA the op runs the
+hand-written Triton kernel of the same name in fused_ops.py, launched directly (torch.compile
+fused them too, but charged every eager call its dispatch). Where triton does not import or a
+kernel fails, CUDA runs the plain function, and `fused.status` says so: it goes into env.json
+and every e2e row as `fused_ops`, since a silent fallback would be a wrong result.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import torch
+
+
+class fused:
+    """An elementwise op: its plain torch function, and on CUDA its Triton launcher."""
+
+    status = "plain torch (Triton kernels only on CUDA)"
+    KERNELS = "triton kernels: RMSNorm, residual add + RMSNorm, RoPE, SiLU-and-mul"
+
+    def __init__(self, fn):
+        self.fn, self.kernel = fn, None
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, x: torch.Tensor, *args):
+        if not x.is_cuda:
+            return self.fn(x, *args)
+        if self.kernel is None:
+            ops = triton_ops()
+            self.kernel = self.fn if ops is None else getattr(ops, self.__name__)
+        if self.kernel is self.fn:
+            return self.fn(x, *args)
+        try:
+            return self.kernel(x, *args)
+        except Exception as exc:  # noqa: BLE001  record it, keep the run going unfused
+            self.kernel = self.fn
+            fused.status += f"; {self.__name__} runs plain torch: its Triton kernel failed ({exc!r:.160})"
+            warnings.warn(fused.status, stacklevel=2)
+            return self.fn(x, *args)
+
+
+@functools.cache
+def triton_ops():
+    """fused_ops, imported on the first CUDA call (it imports triton); None where triton does not."""
+    try:
+        from attnbench.e2e import fused_ops
+    except ImportError as exc:
+        fused.status = f"plain torch: triton does not import ({exc!r:.160})"
+        return None
+    fused.status = fused.KERNELS
+    return fused_ops

@@ -1,0 +1,155 @@
+"""The model's four small elementwise ops as hand-written Triton kernels, launched directly.
+
+Why it exists: torch.compile fused these ops into one kernel each, but every eager call then went
+through dynamo's frame check, AOTAutograd's wrapper and Inductor's launcher before the kernel ran,
+and an eager step makes four such calls a layer. Under CUDA graphs that cost vanishes; in the eager
+steps (`--cudagraph none`, and the eager check run every graph row makes) it dominated the time a
+step takes to issue. A `@triton.jit` kernel called straight from Python costs one Triton launch.
+
+Each op is one launch over a simple grid whose block sizes follow from the shapes by a fixed rule
+(no autotuning), reads its inputs through their strides, computes in float32 and rounds once to
+the input's dtype. Outputs come from torch.empty, so the launches can be captured in CUDA graphs.
+model.py keeps the plain-torch definitions: they are the reference, the CPU path and the fallback.
+The kernels are written for this file; the work is split as vLLM's csrc/layernorm_kernels.cu
+(one block per token for fused_add_rms_norm) and Liger-Kernel's ops/rope.py (one program rotates
+a token's q and k heads) split theirs.
+
+This module imports triton at the top: elementwise.py imports it only on the first CUDA call, so
+the CPU path and CI (no triton) never need it.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_ROPE_BLOCK = 4096  # elements of one rotate-half program (heads x half the head dim)
+
+
+@triton.jit
+def _rms_norm_kernel(x_ptr, residual_ptr, weight_ptr, out_ptr, sum_ptr, x_row_stride, residual_row_stride,
+                     n_cols, eps, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+    """One program a row: out = weight * h / rms(h), h = x (+ residual, rounded to x's dtype and
+    written to sum_ptr). out and sum are contiguous."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        residual = tl.load(residual_ptr + row * residual_row_stride + cols, mask=mask, other=0.0)
+        x = (x.to(tl.float32) + residual.to(tl.float32)).to(x.dtype)
+        tl.store(sum_ptr + row * n_cols + cols, x, mask=mask)
+    h = x.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(h * h, axis=0) / n_cols + eps)
+    weight = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * n_cols + cols, (h * rstd * weight).to(x.dtype), mask=mask)
+
+
+@triton.jit
+def _rope_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, q_out_ptr, k_out_ptr,
+                 q_token_stride, q_head_stride, k_token_stride, k_head_stride, cos_token_stride,
+                 n_q_heads, n_heads, half, HEADS: tl.constexpr, HALF: tl.constexpr):
+    """One program per (token, block of HEADS heads), the heads counted over q's then k's, so
+    one launch rotates both. Pairs (x[i], x[i + half]) turn by the token's angle i (rotate-half)."""
+    token = tl.program_id(0).to(tl.int64)
+    heads = tl.program_id(1) * HEADS + tl.arange(0, HEADS)[:, None]
+    cols = tl.arange(0, HALF)[None, :]
+    in_half = cols < half
+    is_q = (heads < n_q_heads) & in_half
+    is_k = (heads >= n_q_heads) & (heads < n_heads) & in_half
+    k_heads = heads - n_q_heads
+    q_at = q_ptr + token * q_token_stride + heads * q_head_stride + cols
+    k_at = k_ptr + token * k_token_stride + k_heads * k_head_stride + cols
+    x1 = tl.where(is_q, tl.load(q_at, mask=is_q, other=0.0), tl.load(k_at, mask=is_k, other=0.0)).to(tl.float32)
+    x2 = tl.where(is_q, tl.load(q_at + half, mask=is_q, other=0.0),
+                  tl.load(k_at + half, mask=is_k, other=0.0)).to(tl.float32)
+    cos = tl.load(cos_ptr + token * cos_token_stride + cols, mask=in_half, other=0.0)
+    sin = tl.load(sin_ptr + token * cos_token_stride + cols, mask=in_half, other=0.0)
+    out1, out2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+    dtype = q_out_ptr.dtype.element_ty
+    q_to = q_out_ptr + (token * n_q_heads + heads) * 2 * half + cols
+    k_to = k_out_ptr + (token * (n_heads - n_q_heads) + k_heads) * 2 * half + cols
+    tl.store(q_to, out1.to(dtype), mask=is_q)
+    tl.store(q_to + half, out2.to(dtype), mask=is_q)
+    tl.store(k_to, out1.to(dtype), mask=is_k)
+    tl.store(k_to + half, out2.to(dtype), mask=is_k)
+
+
+@triton.jit
+def _silu_and_mul_kernel(gate_up_ptr, out_ptr, gate_up_row_stride, n_cols, BLOCK: tl.constexpr):
+    """Program (row, column block): out = silu(gate) * up, gate_up = [gate | up] along a row."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    gate_at = gate_up_ptr + row * gate_up_row_stride + cols
+    gate = tl.load(gate_at, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(gate_at + n_cols, mask=mask, other=0.0).to(tl.float32)
+    out = gate / (1.0 + tl.exp(-gate)) * up
+    tl.store(out_ptr + row * n_cols + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _warps(elements: int, most: int) -> int:
+    """A warp per 512 elements of a program's block, 1 .. most."""
+    return max(1, min(most, elements // 512))
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """x as [rows, last dim] with unit stride along a row (a view for every tensor the model passes)."""
+    x = x.reshape(-1, x.shape[-1])
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def _norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float):
+    rows = _rows(x)
+    res = _rows(residual) if residual is not None else rows
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    summed = torch.empty_like(out) if residual is not None else out
+    if rows.shape[0]:
+        block = triton.next_power_of_2(rows.shape[1])
+        _rms_norm_kernel[(rows.shape[0],)](rows, res, weight, out, summed, rows.stride(0), res.stride(0),
+                                          rows.shape[1], eps, HAS_RESIDUAL=residual is not None,
+                                          BLOCK=block, num_warps=_warps(block, 16))
+    return out, summed
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """model.rms_norm as one launch."""
+    return _norm(x, None, weight, eps)[0]
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+    """model.add_rms_norm as one launch: (norm(x + residual), x + residual)."""
+    return _norm(x, residual, weight, eps)
+
+
+def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """model.rope_qk as one launch. q [tokens, heads, head_dim] and k [tokens, kv_heads, head_dim]
+    may be strided views (of the qkv GEMM's output) with unit stride along head_dim; cos and sin
+    are float32 [tokens, head_dim / 2]. Returns contiguous rotated copies, in q's dtype."""
+    tokens, n_q_heads, head_dim = q.shape
+    n_heads, half = n_q_heads + k.shape[1], head_dim // 2
+    if q.stride(-1) != 1 or k.stride(-1) != 1:
+        q, k = q.contiguous(), k.contiguous()
+    cos, sin = cos.contiguous(), sin.contiguous()
+    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    if tokens:
+        half_block = triton.next_power_of_2(half)
+        heads = min(triton.next_power_of_2(n_heads), max(1, MAX_ROPE_BLOCK // half_block))
+        _rope_kernel[(tokens, triton.cdiv(n_heads, heads))](
+            q, k, cos, sin, q_out, k_out, q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos.stride(0),
+            n_q_heads, n_heads, half, HEADS=heads, HALF=half_block, num_warps=_warps(heads * half_block, 8))
+    return q_out, k_out
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """model.silu_and_mul as one launch: silu(gate) * up, gate_up = [..., 2 * ffn]."""
+    rows = _rows(gate_up)
+    n_cols = rows.shape[1] // 2
+    out = torch.empty((*gate_up.shape[:-1], n_cols), dtype=gate_up.dtype, device=gate_up.device)
+    if rows.shape[0]:
+        block = min(1024, triton.next_power_of_2(n_cols))
+        _silu_and_mul_kernel[(rows.shape[0], triton.cdiv(n_cols, block))](
+            rows, out, rows.stride(0), n_cols, BLOCK=block, num_warps=_warps(block, 4))
+    return out
