@@ -56,7 +56,7 @@ def bin_range(b: int, ratio: float) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class Bucket:
+class StepBucket:
     """Steps of one kind whose sizes fall in the same bins; `representative` is the step timed."""
 
     index: int
@@ -74,7 +74,7 @@ class Bucket:
                f"timed on step {self.representative} (the median by kv tokens)"
 
 
-def bucket_steps(trace: Trace, ratio: float = DEFAULT_RATIO) -> list[Bucket]:
+def bucket_steps(trace: Trace, ratio: float = DEFAULT_RATIO) -> list[StepBucket]:
     """Every step in one bucket; buckets numbered in the order their first step comes."""
     ratio = check_ratio(ratio)
     groups: dict[tuple, list[int]] = {}
@@ -84,11 +84,11 @@ def bucket_steps(trace: Trace, ratio: float = DEFAULT_RATIO) -> list[Bucket]:
     buckets = []
     for index, (key, members) in enumerate(groups.items()):
         ordered = sorted(members, key=lambda i: (measured[i][2], measured[i][1], i))
-        buckets.append(Bucket(index, key[0], key[1:], tuple(members), ordered[(len(ordered) - 1) // 2]))
+        buckets.append(StepBucket(index, key[0], key[1:], tuple(members), ordered[(len(ordered) - 1) // 2]))
     return buckets
 
 
-def step_buckets(buckets: list[Bucket], num_steps: int) -> list[int]:
+def step_buckets(buckets: list[StepBucket], num_steps: int) -> list[int]:
     """Each step's bucket index, by step."""
     of = [0] * num_steps
     for bucket in buckets:
