@@ -156,8 +156,6 @@ def run_replay(args: ReplayArgs, console: Console, command: list[str]) -> Path:
     shape = replay_shape(args, trace.header.shape)
     points, units, buckets = replay_points(trace, shape, args)
     plan = plan_replay(args, points, shape)
-    for notice in plan.notices:
-        console.print(f"[yellow]{notice}[/]")
     gpu_name = device_name(select(torch.device(plan.device)))
     run = RunDir.claim(args.out, args.resume, args.force, default_out_dir(gpu_name or "cpu", "replay"))
     digest = hashlib.sha256(Path(args.trace).read_bytes()).hexdigest()
@@ -169,6 +167,8 @@ def run_replay(args: ReplayArgs, console: Console, command: list[str]) -> Path:
             done, keep = resume_state(plan, run, env, rows_kind="kernel")
             plan = without(plan, done)
             console.print(f"resuming {run.path}: {len(done)} point(s) already measured")
+        for notice in plan.notices:  # once the directory is claimed and resumable: a refusal is the only line
+            console.print(f"[yellow]{notice}[/]")
         run.write_env(env)
         writer = run.row_writer(keep, COLUMNS)
         console.print(f"{len(trace.steps)} steps in {len(buckets)} buckets (+{args.exact_sample} sampled steps): "

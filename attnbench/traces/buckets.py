@@ -17,6 +17,7 @@ import random
 from dataclasses import dataclass
 
 from attnbench.errors import UsageError
+from attnbench.kernels.workload import MAX_SEED
 from attnbench.traces.steps import Trace, TraceStep
 
 DEFAULT_RATIO = 2.0
@@ -101,4 +102,6 @@ def sample_steps(num_steps: int, count: int, seed: int) -> tuple[int, ...]:
     """`count` distinct steps drawn with `seed` (all of them if the trace is shorter), in order."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise UsageError(f"--exact-sample: must be a whole number of steps, 0 or more, got {count}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise UsageError(f"--seed: must be between 0 and 2**63 - 1, got {seed}")
     return tuple(sorted(random.Random(seed).sample(range(num_steps), min(count, num_steps))))
