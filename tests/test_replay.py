@@ -15,6 +15,7 @@ import pytest
 import torch
 import typer.main
 from bad_input_cli import invoke
+from test_run_dir import interrupt_at
 
 from attnbench.cli.main import app
 from attnbench.kernels import sweep
@@ -79,30 +80,18 @@ def test_flags_override_the_header_shape_and_a_headerless_shape_comes_from_flags
     assert set(zip(table["num_heads"], table["num_kv_heads"], table["head_dim"])) == {(4, 2, 8)}
 
 
-def interrupt_at(monkeypatch, n: int) -> list:
-    real, calls = sweep.PointRunner.rows, []
-
-    def rows(self):
-        calls.append(self.point)
-        if len(calls) == n:
-            raise KeyboardInterrupt
-        yield from real(self)
-
-    monkeypatch.setattr(sweep.PointRunner, "rows", rows)
-    return calls
-
-
 def test_an_interrupted_replay_resumes_to_the_rows_of_a_whole_one(tmp_path, monkeypatch):
     trace, full, out = tmp_path / "t.jsonl", tmp_path / "full", tmp_path / "run"
     write_trace(trace)
     argv = ["replay", trace, *FAST, "--exact-sample", "2"]
     assert invoke(*argv, "--out", full).exit_code == 0
     with monkeypatch.context() as m:
-        interrupt_at(m, 3)
+        interrupt_at(m, 3, KeyboardInterrupt())
         result = invoke(*argv, "--out", out)
     assert result.exit_code == 130 and f"--resume {out}" in " ".join(result.output.split())
     assert len(pd.read_csv(out / "results.csv")) == 2 * 2 and (out / "summary.md").exists()
-    calls = interrupt_at(monkeypatch, 0)
+    calls, real = [], sweep.PointRunner.rows
+    monkeypatch.setattr(sweep.PointRunner, "rows", lambda self: (calls.append(self.point), (yield from real(self))))
     result = invoke(*argv, "--resume", out)
     assert result.exit_code == 0, result.output
     assert len(calls) == len(bucket_steps(read_trace(trace))) + 2 - 2  # only the points it lacked
