@@ -139,3 +139,18 @@ def test_replay_on_the_gpu_checks_and_times_every_backend_in_graphs(tmp_path):
     assert (table["verdict"] == "pass").sum() > 0
     env = json.loads((out / "env.json").read_text())
     assert env["replay"]["results"]["graph"]["oracle"] is not None
+
+
+def test_shards_split_the_points_and_merge_joins_their_rows(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    write_trace(trace)
+    for i in range(2):
+        result = invoke("replay", trace, *FAST, "--exact-sample", "2", "--shard", f"{i}/2", "--out", tmp_path / f"s{i}")
+        assert result.exit_code == 0, result.output
+    whole = len(bucket_steps(read_trace(trace))) + 2
+    parts = [pd.read_csv(tmp_path / f"s{i}" / "results.csv") for i in range(2)]
+    assert {len(p) for p in parts} <= {2 * (whole // 2), 2 * (whole - whole // 2)} and sum(map(len, parts)) == 2 * whole
+    result = invoke("merge", tmp_path / "s0", tmp_path / "s1", "--out", tmp_path / "m")
+    assert result.exit_code == 0, result.output
+    merged = pd.read_csv(tmp_path / "m" / "results.csv")
+    assert sorted(merged["seed"]) == sorted(pd.concat(parts)["seed"]) and list(merged.columns[:4]) == REPLAY_COLUMNS

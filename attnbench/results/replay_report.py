@@ -29,7 +29,8 @@ def totals_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[s
     complete = [t for t in found if not t.missing]
     fastest = complete[0].total_ms if complete else math.nan
     lines = [[t.choice, _ms(t.total_ms), f"{_ms(t.low_ms)} – {_ms(t.high_ms)}",
-              f"{t.total_ms / fastest:.3f}x" if not t.missing and fastest else f"{t.missing} bucket(s) without a pass"]
+              f"{t.total_ms / fastest:.3f}x" if not t.missing and fastest else
+              f"no total: {t.missing} bucket(s) without a passing row"]
              for t in found]
     return ["### Attention time per layer over the trace", "",
             *_table(["choice", "total ms", "p10 – p90 ms", "vs fastest"], lines), ""]
@@ -72,6 +73,8 @@ def summary_text(rows: pd.DataFrame, steps: pd.DataFrame, trace: dict) -> str:
     out += [f"- trace: `{trace['path']}` ({trace['steps']} steps: {trace['kinds']})",
             f"- buckets: {trace['buckets']} ({trace['rule']})",
             f"- exact sample: {trace['exact_sample']} step(s), seed {trace['seed']}",
+            *([f"- shard {trace['shard']}: only its share of the points was measured here; the other shards' "
+               "buckets have no rows, so no choice has a total"] if trace.get("shard") else []),
             f"- ran on: {where_it_ran(rows)}",
             "- times are one layer's attention per step, summed over the steps (each bucket's median weighed by "
             "its step count)", ""]

@@ -34,6 +34,7 @@ from attnbench.results.replay_report import summary_text
 from attnbench.runs.kernel import ContextDied, point_key, points_of_shard, resume_state, sweep_into, without
 from attnbench.runs.resume import sweep_record
 from attnbench.runs.rundir import RunDir
+from attnbench.workers.shards import parse_shard
 from attnbench.traces.buckets import DEFAULT_RATIO, bucket_steps, sample_steps, sizes, step_buckets
 from attnbench.traces.jsonl import read_trace
 from attnbench.traces.steps import Shape, Trace
@@ -141,8 +142,9 @@ def replay_env(command: list[str], args: ReplayArgs, plan: SweepPlan, trace: Tra
                      "kinds": dict(trace.kinds()), "buckets": len(buckets), "bucket_ratio": args.bucket_ratio,
                      "rule": RULE, "exact_sample": args.exact_sample, "seed": args.seed,
                      "shape": shape.as_dict()}
-    if args.shard:
-        env["shard"] = {"text": args.shard, "points": len(plan.points)}
+    if args.shard:  # as a kernel sweep's shard records it (attnbench merge reads it)
+        index, count = parse_shard(args.shard)
+        env["shard"] = {"index": index, "count": count, "points": len(plan.points)}
     return env
 
 
@@ -203,7 +205,7 @@ def write_replay_outputs(run: RunDir, env: dict, steps: pd.DataFrame, console: C
     run.write_text("buckets.csv", steps.to_csv(index=False))
     trace = {"path": env["replay"]["trace"], "steps": env["replay"]["steps"], "buckets": env["replay"]["buckets"],
              "rule": RULE, "ratio": env["replay"]["bucket_ratio"], "exact_sample": env["replay"]["exact_sample"],
-             "seed": env["replay"]["seed"], "kinds": ", ".join(f"{n} {k}" for k, n in env["replay"]["kinds"].items())}
+             "seed": env["replay"]["seed"], "shard": "{index}/{count}".format(**env["shard"]) if "shard" in env else None, "kinds": ", ".join(f"{n} {k}" for k, n in env["replay"]["kinds"].items())}
     summary = run.write_text("summary.md", summary_text(rows, steps, trace))
     env["replay"]["results"] = summary_record(rows, steps)
     run.write_env(env)
