@@ -14,7 +14,7 @@ import random
 import pandas as pd
 import pytest
 
-from attnbench.results.replay import oracle, per_step, sample_errors, summary_record, totals, wins
+from attnbench.results.replay import oracle, per_step, replicate_ranges, sample_errors, summary_record, totals, wins
 from attnbench.results.replay_report import summary_text
 
 CHOICES = [("fa2", "unified"), ("fa2", "split"), ("fi", "unified")]
@@ -128,3 +128,27 @@ def test_a_cpu_run_draws_no_verdict():
     text = summary_text(rows, steps, {"path": "t.jsonl", "steps": len(steps), "kinds": "", "buckets": 7,
                                       "rule": "r", "exact_sample": 12, "seed": 0, "ratio": 2.0})
     assert "no verdict" in text and "It saves" not in text
+
+
+def test_replicate_ranges_against_loops():
+    """Each replicate's totals and saving computed alone; the range is their lowest and highest."""
+    rows, steps, times, _, _ = fabricate(4)
+    rng = random.Random(9)
+    factors = {i: [rng.uniform(0.9, 1.1) for _ in range(3)] for i in rows.index}
+    rows["replicate_medians_ms"] = [" ".join(f"{rows.at[i, 'median_ms'] * f:.9g}" for f in factors[i])
+                                    for i in rows.index]
+    bucket_index = {(r.backend, r.strategy, r.bucket): i for i, r in rows[rows["part"] == "bucket"].iterrows()}
+    per_replicate = []
+    for r in range(3):
+        t = {(c, b): times[c, b] * factors[bucket_index[(*c, b)]][r] for c in CHOICES for b in range(7)}
+        single = {name(c): sum(t[c, b] for b in steps["bucket"]) for c in CHOICES}
+        best = min(single.values())
+        per_replicate.append({**single, "saving": 1 - sum(min(t[c, b] for c in CHOICES) for b in steps["bucket"]) / best})
+    found = replicate_ranges(rows, steps, "graph")
+    for key in [*map(name, CHOICES), "saving"]:
+        values = [p[key] for p in per_replicate]
+        assert found[key] == (pytest.approx(min(values), rel=1e-6), pytest.approx(max(values), rel=1e-6))
+    assert replicate_ranges(rows.assign(replicate_medians_ms=""), steps, "graph") == {}
+    text = summary_text(rows, steps, {"path": "t", "steps": len(steps), "kinds": "", "buckets": 7, "rule": "r",
+                                      "exact_sample": 12, "seed": 0, "ratio": 2.0})
+    assert "within each replicate" in text and "replicates ms" in text

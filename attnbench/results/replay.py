@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from attnbench.results.replicates import parse_times
 from attnbench.traces.buckets import bin_of, bin_range
 
 STEP_COLUMNS = ("step", "kind", "decode_rows", "query_tokens", "kv_tokens", "bucket")
@@ -83,14 +84,47 @@ class Oracle:
     saving: float
 
 
-def oracle(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> Oracle | None:
-    times, counts = complete_times(rows, steps, mode), step_counts(steps)
-    if times.empty:
-        return None
+def _oracle_of(times: pd.DataFrame, counts: pd.Series) -> Oracle:
     single = (times.mul(counts, axis=0)).sum()
     best = str(single.idxmin())
     total = float((times.min(axis=1) * counts).sum())
     return Oracle(total, best, float(single[best]), 1.0 - total / float(single[best]) if single[best] else 0.0)
+
+
+def oracle(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> Oracle | None:
+    times = complete_times(rows, steps, mode)
+    return None if times.empty else _oracle_of(times, step_counts(steps))
+
+
+def replicate_times(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[pd.DataFrame]:
+    """Bucket x choice within each replicate (its medians, `replicate_medians_ms`), for the choices
+    complete in it; [] unless every passing bucket row has the same number (2 or more) of them."""
+    chosen = passed(rows, "bucket", mode)
+    if chosen.empty or "replicate_medians_ms" not in chosen:
+        return []
+    medians = [parse_times(cell) for cell in chosen["replicate_medians_ms"]]
+    if len({len(m) for m in medians}) != 1 or len(medians[0]) < 2:
+        return []
+    tables = []
+    for r in range(len(medians[0])):
+        table = chosen.assign(replicate=[m[r] for m in medians]).pivot_table(
+            index="bucket", columns="choice", values="replicate", aggfunc="first").reindex(step_counts(steps).index)
+        tables.append(table[[c for c in table.columns if table[c].notna().all()]])
+    return tables
+
+
+def replicate_ranges(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> dict[str, tuple[float, float]]:
+    """(lowest, highest) over replicates, each computed within one replicate: every complete
+    choice's total (by its name) and the oracle's saving over the best single choice (`saving`)."""
+    counts, found = step_counts(steps), {}
+    for times in replicate_times(rows, steps, mode):
+        if times.empty:
+            continue
+        values = {**(times.mul(counts, axis=0)).sum().to_dict(), "saving": _oracle_of(times, counts).saving}
+        for name, value in values.items():
+            low, high = found.get(name, (value, value))
+            found[name] = (min(low, value), max(high, value))
+    return found
 
 
 def wins(rows: pd.DataFrame, steps: pd.DataFrame, mode: str, ratio: float) -> pd.DataFrame:
@@ -155,8 +189,9 @@ def summary_record(rows: pd.DataFrame, steps: pd.DataFrame) -> dict:
     """The numbers env.json keeps, per mode: totals, the oracle and the exact-sample errors."""
     record = {}
     for mode in modes_of(rows):
-        best = oracle(rows, steps, mode)
+        best, ranges = oracle(rows, steps, mode), replicate_ranges(rows, steps, mode)
         record[mode] = {
+            "replicate_ranges": {name: [round(low, 6), round(high, 6)] for name, (low, high) in ranges.items()},
             "totals_ms": {t.choice: None if t.missing else round(t.total_ms, 6) for t in totals(rows, steps, mode)},
             "oracle": None if best is None else {"total_ms": round(best.total_ms, 6), "best_single": best.best,
                                                  "best_single_ms": round(best.best_ms, 6),

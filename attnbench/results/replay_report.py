@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 from attnbench.results.figures import CPU_MARK, is_cpu, where_it_ran
-from attnbench.results.replay import modes_of, oracle, sample_errors, totals, wins
+from attnbench.results.replay import modes_of, oracle, replicate_ranges, sample_errors, totals, wins
 
 
 def _ms(value: float) -> str:
@@ -25,22 +25,27 @@ def _table(header: list[str], lines: list[list[str]]) -> list[str]:
 
 
 def totals_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[str]:
-    found = totals(rows, steps, mode)
+    """The totals, with the p10 - p90 band of the samples and, with replicates, the range of the
+    totals each replicate gives alone (what differs between runs)."""
+    found, ranges = totals(rows, steps, mode), replicate_ranges(rows, steps, mode)
     complete = [t for t in found if not t.missing]
     fastest = complete[0].total_ms if complete else math.nan
     lines = [[t.choice, _ms(t.total_ms), f"{_ms(t.low_ms)} – {_ms(t.high_ms)}",
+              " – ".join(map(_ms, ranges[t.choice])) if t.choice in ranges else "—",
               f"{t.total_ms / fastest:.3f}x" if not t.missing and fastest else
               f"no total: {t.missing} bucket(s) without a passing row"]
              for t in found]
     return ["### Attention time per layer over the trace", "",
-            *_table(["choice", "total ms", "p10 – p90 ms", "vs fastest"], lines), ""]
+            *_table(["choice", "total ms", "p10 – p90 ms", "replicates ms", "vs fastest"], lines), ""]
 
 
 def oracle_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str, cpu: bool) -> list[str]:
     best = oracle(rows, steps, mode)
     if best is None:
         return ["No choice passed on every bucket: no oracle.", ""]
-    verdict = "" if cpu else f" It saves {best.saving * 100:.2f} % over the best single choice."
+    spread = replicate_ranges(rows, steps, mode).get("saving")
+    within = f" ({spread[0] * 100:.2f} – {spread[1] * 100:.2f} % within each replicate)" if spread else ""
+    verdict = "" if cpu else f" It saves {best.saving * 100:.2f} %{within} over the best single choice."
     return [f"Per-step oracle (the fastest choice for each step): {_ms(best.total_ms)} ms against "
             f"{_ms(best.best_ms)} ms for the best single choice, {best.best}.{verdict}", ""]
 
