@@ -131,7 +131,7 @@ def test_every_flag_is_a_field_of_replay_args():
 def test_replay_on_the_gpu_checks_and_times_every_backend_in_graphs(tmp_path):
     trace, out = tmp_path / "t.jsonl", tmp_path / "run"
     write_trace(trace, Shape(8, 2, 128))
-    result = invoke("replay", trace, "--mode", "eager,graph", "--budget-ms", "50", "--replicates", "2",
+    result = invoke("replay", trace, "--mode", "eager,graph", "--budget-ms", "20", "--replicates", "2",
                     "--exact-sample", "4", "--out", out)
     assert result.exit_code == 0, result.output
     table = pd.read_csv(out / "results.csv")
@@ -139,6 +139,7 @@ def test_replay_on_the_gpu_checks_and_times_every_backend_in_graphs(tmp_path):
     assert (table["verdict"] == "pass").sum() > 0
     env = json.loads((out / "env.json").read_text())
     assert env["replay"]["results"]["graph"]["oracle"] is not None
+    assert "saving" in env["replay"]["results"]["graph"]["replicate_ranges"]
 
 
 def test_shards_split_the_points_and_merge_joins_their_rows(tmp_path):

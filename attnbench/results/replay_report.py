@@ -63,7 +63,8 @@ def wins_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str, ratio: floa
 def sample_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[str]:
     errors = sample_errors(rows, steps, mode)
     if not errors:
-        return ["Bucketing error: not measured (no --exact-sample steps passed).", ""]
+        return ["Bucketing error: not measured (no --exact-sample step passed; `--exact-sample N` times N steps "
+                "one by one and compares them with their buckets).", ""]
     lines = [[e.choice, e.steps, _ms(e.timed_ms), _ms(e.estimate_ms), f"{e.error_pct:+.2f} %"] for e in errors]
     return ["### Bucketing error (sampled steps timed one by one)", "",
             *_table(["choice", "steps", "timed ms", "bucketed estimate ms", "error"], lines), ""]
