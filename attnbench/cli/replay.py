@@ -31,7 +31,7 @@ BlockSize = Annotated[Optional[int], typer.Option(help="KV block size, over the 
 
 def replay(
     ctx: typer.Context,
-    trace: Annotated[Path, typer.Argument(help="The step trace (attnbench trace convert / synthesize writes one). Example: traces/decode-heavy.jsonl", show_default=False)],
+    trace: Annotated[Path, typer.Argument(help="The step trace (`attnbench trace convert` or `trace synth` writes one). Example: traces/decode-heavy.jsonl", show_default=False)],
     heads: Heads = None,
     kv_heads: KvHeads = None,
     dim: Dim = None,
