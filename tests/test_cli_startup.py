@@ -31,6 +31,8 @@ CHOICES = {
     ("kernel", "--dtype", "fp8"): "--dtype: unknown dtype 'fp8'",
     ("kernel", "--backend", "fa9"): "--backend: unknown backend 'fa9'",
     ("kernel", "--device", "tpu"): "--device: unknown device 'tpu'",
+    ("replay", "t.jsonl", "--mode", "fast"): "--mode: unknown mode 'fast'",
+    ("replay", "t.jsonl", "--backend", "fa9"): "--backend: unknown backend 'fa9'",
     ("e2e", "--strategy", "splat"): "--strategy: unknown strategy 'splat'",
     ("e2e", "--dtype", "fp32"): "--dtype: unknown dtype 'fp32'",
     ("verify", "--device", "cuda:x"): "--device: unknown device 'cuda:x'",
@@ -50,6 +52,8 @@ INVOCATIONS = {
     ("verify", "--heads"): 1,  # a flag without its value
     ("compare",): 1,  # a missing argument
     ("merge", "runs/a"): 1,  # a missing required option
+    ("replay",): 1,  # a missing trace
+    ("replay", "t.jsonl", "--exact-sample", "x"): 1,  # not an integer
     # a bad choice is refused by the flag's parser, from plain data (kernels/choices.py, workload.py)
     **{argv: 1 for argv in CHOICES},
 }
@@ -92,7 +96,7 @@ def _env() -> dict[str, str]:
 
 def test_the_app_has_its_commands():
     assert {"kernel", "backends", "e2e", "run", "compare", "export", "plot", "merge", "verify", "doctor",
-            "calibrate"} <= set(COMMANDS)
+            "calibrate", "replay"} <= set(COMMANDS)
 
 
 @pytest.mark.parametrize("argv", list(INVOCATIONS), ids=lambda argv: " ".join(argv) or "bare")
@@ -138,7 +142,7 @@ def test_the_bare_command_lists_each_command_by_one_sentence():
     from attnbench.cli.main import app, first_sentence
 
     commands = {info.name: info for info in app.registered_commands}
-    assert len(commands) == 11
+    assert len(commands) == 12
     for name, info in commands.items():
         assert info.short_help == first_sentence(info.callback), name
         assert "\n" not in info.short_help and info.short_help.endswith("."), name

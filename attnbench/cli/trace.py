@@ -2,7 +2,7 @@
 
 Thin: the jobs are runs/trace.py (reading every input, the scheduler simulation, writing), and the
 format is attnbench/traces; both are imported when a subcommand runs. The guide is
-docs/guides/traces.md. Timing a trace (`attnbench replay`) is not built yet.
+docs/guides/traces.md. Timing a trace is `attnbench replay` (cli/replay.py).
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ MaxSteps = Annotated[int, typer.Option(help="Scheduler: stop after this many ste
                                             "requests left unfinished. Example: --max-steps 10000")]
 
 
-def _shape(heads, kv_heads, dim, dtype, block_size):
+def shape_of_flags(heads, kv_heads, dim, dtype, block_size):
+    """The shape flags as a Shape, or one error naming the flag (trace and replay take the same ones)."""
     from attnbench.traces.steps import FieldError, Shape
 
     try:
@@ -103,7 +104,7 @@ def convert(
         inputs = job.TraceInputs(steps, shapes, case or [], batch_spec or [], timed_trace, burstgpt, time_unit,
                                  flashinfer_bench, fib_root)
         inputs.check_one()
-        shape = _shape(heads, kv_heads, dim, dtype, block_size)
+        shape = shape_of_flags(heads, kv_heads, dim, dtype, block_size)
         config = _config(max_num_batched_tokens, max_num_seqs, chunk_size, num_draft_tokens, step_ms, max_steps,
                          block_size)
         job.claim_output(out, force, inputs.files(), job.jsonl.read_trace)
@@ -147,7 +148,7 @@ def synth(
     console = make_console()
     with user_errors(console):
         synthetic = _synthetic(num_requests, rate, input_len, output_len, prefix_len, prefix_share, seed)
-        shape = _shape(heads, kv_heads, dim, dtype, block_size)
+        shape = shape_of_flags(heads, kv_heads, dim, dtype, block_size)
         config = _config(max_num_batched_tokens, max_num_seqs, chunk_size, num_draft_tokens, step_ms, max_steps,
                          block_size)
         job.claim_output(out, force, [], job.jsonl.read_trace)

@@ -224,13 +224,16 @@ def build_points(args: KernelArgs) -> list[SweepPoint]:
 
 
 def plan_sweep(args: KernelArgs, machine: bool = True, device: torch.device | None = None,
-               share: Callable[[list[SweepPoint]], list[SweepPoint]] | None = None) -> SweepPlan:
+               share: Callable[[list[SweepPoint]], list[SweepPoint]] | None = None,
+               given: list[SweepPoint] | None = None) -> SweepPlan:
     """Validate every value and decide everything the sweep needs; run nothing.
 
     machine=True: for this machine (its device, its backends, its free memory), with notices
     for the defaults chosen on the user's behalf. machine=False: the values alone, as a GPU sees them.
     device: where the sweep runs (default: args.device); share(points): the points this run
     measures of the sweep's (a shard of them; runs/kernel.py), before memory is looked at.
+    given: the points to measure instead of the grid the flags build (a replay's buckets,
+    runs/replay.py); everything else is decided as for a sweep.
     """
     check_lists(args)
     device = device or (resolve_device(args.device) if machine else torch.device("cuda"))
@@ -241,7 +244,7 @@ def plan_sweep(args: KernelArgs, machine: bool = True, device: torch.device | No
     point_timeout, replicates = check_counts(args, device)
     if machine and EXTRA_BACKEND_ERRORS:
         raise UsageError(EXTRA_BACKEND_ERRORS[0])
-    points = build_points(sized(args, device))
+    points = list(given) if given is not None else build_points(sized(args, device))
     if not points:
         raise UsageError("--shapes/--tokens: nothing to measure")
     points = share(points) if share else points

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
-from attnbench.kernels.workload import KEY, LABEL, Batch, SweepPoint
+from attnbench.kernels.workload import KEY, LABEL, NOT_A_COLUMN, Batch, SweepPoint
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,8 @@ def names(*parts: type) -> list[str]:
 
 
 def cells(*parts) -> dict:
-    """Row dataclasses -> one row dict, column -> value; a None field of a Sparse part is left out."""
+    """Row dataclasses -> one row dict, column -> value; a None field of a Sparse part is left out,
+    and so is a field that is not a column (a GivenPoint's batch)."""
     return {f.name: getattr(part, f.name) for part in parts for f in fields(part)
-            if getattr(part, f.name) is not None or not getattr(part, "sparse", False)}
+            if (getattr(part, f.name) is not None or not getattr(part, "sparse", False))
+            and not f.metadata.get(NOT_A_COLUMN)}

@@ -131,6 +131,22 @@ class SweepPoint:
         return asdict(self)
 
 
+# a field that is not a results.csv column (GivenPoint's batch: its size is BatchColumns', its rule lengths_rule)
+NOT_A_COLUMN = "not_a_column"
+
+
+@dataclass(frozen=True)
+class GivenPoint(SweepPoint):
+    """A point whose batch is given, not drawn by its kind's rule: a replay's bucket of trace steps
+    (runs/replay.py). Every consumer of a point's batch asks `build_batch`, which returns `given`, so
+    the sweep, its checks, the backends' planning and the memory estimate all see the trace's batch."""
+
+    given: Batch = field(default=None, kw_only=True, metadata={NOT_A_COLUMN: True})
+
+    def key(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if k != "given"}
+
+
 def validate(p: SweepPoint) -> None:
     """Raise UsageError naming the flag for anything that cannot describe a real batch.
 
@@ -214,7 +230,10 @@ def _rng(p: SweepPoint) -> random.Random:
 
 
 def build_batch(p: SweepPoint) -> Batch:
-    """The documented rule for each kind (see KIND_RULES and docs/guides/kernel.md#batch-kinds)."""
+    """The documented rule for each kind (see KIND_RULES and docs/guides/kernel.md#batch-kinds), or
+    the batch a GivenPoint holds."""
+    if isinstance(p, GivenPoint):
+        return p.given
     rng, dist, n = _rng(p), ContextDist.parse(p.context), p.num_tokens
     decode_q: list[int] = []
     decode_kv: list[int] = []

@@ -34,10 +34,10 @@ PART_COLUMNS = tuple(c for c in rows.names(rows.Measurement) if c.endswith("_par
 KEY_COLUMNS = SWEEP_POINT_COLUMNS + [f.name for f in fields(rows.RunColumns) if f.metadata.get(KEY)]
 
 
-def with_details(row: dict) -> dict:
+def with_details(row: dict, columns: list[str] = COLUMNS) -> dict:
     """The row with what the library chose (Plan.details: keys that are not columns, e.g.
     FlashInfer's `fi_prefill_backend`) folded into one `details` cell, `key=value` space-separated."""
-    extra = {k: v for k, v in row.items() if k not in COLUMNS and not k.startswith("_") and v is not None}
+    extra = {k: v for k, v in row.items() if k not in columns and not k.startswith("_") and v is not None}
     if not extra or row.get("details"):
         return row
     return {**row, "details": " ".join(f"{k}={cell(v)}" for k, v in sorted(extra.items()))}
@@ -50,34 +50,35 @@ class RowWriter:
     resumed run rewrites it atomically with the rows it keeps, then appends after them.
     """
 
-    def __init__(self, out_dir: Path, keep: list[dict] | None = None):
+    def __init__(self, out_dir: Path, keep: list[dict] | None = None, columns: list[str] = COLUMNS):
         self.path = out_dir / "results.csv"
+        self.columns = columns
         self.rows: list[dict] = []
         if keep is not None:
-            replace_atomic(self.path, lambda tmp: self._write_all(tmp, keep))
+            replace_atomic(self.path, lambda tmp: self._write_all(tmp, keep, columns))
         flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
         if keep is None:
             flags |= os.O_CREAT | os.O_EXCL
         self._file = os.fdopen(os.open(self.path, flags, 0o666), "w", newline="")  # the umask decides
-        self._csv = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="ignore")
+        self._csv = csv.DictWriter(self._file, fieldnames=columns, extrasaction="ignore")
         if keep is None:
             self._csv.writeheader()
             self._file.flush()
 
     @staticmethod
-    def _write_all(path: Path, rows: list[dict]) -> None:
+    def _write_all(path: Path, rows: list[dict], columns: list[str]) -> None:
         with path.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+            writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
             writer.writeheader()
-            writer.writerows({k: cell(row.get(k)) for k in COLUMNS} for row in rows)
+            writer.writerows({k: cell(row.get(k)) for k in columns} for row in rows)
 
     def write(self, row: dict) -> None:
         self.write_many([row])
 
     def write_many(self, rows: list[dict]) -> None:
-        rows = [with_details(row) for row in rows]
+        rows = [with_details(row, self.columns) for row in rows]
         self.rows += rows
-        self._csv.writerows({k: cell(row.get(k)) for k in COLUMNS} for row in rows)
+        self._csv.writerows({k: cell(row.get(k)) for k in self.columns} for row in rows)
         self._file.flush()
 
     def close(self) -> None:

@@ -82,20 +82,21 @@ def points_of_shard(points: list[SweepPoint], text: str) -> list[SweepPoint]:
     return mine
 
 
-def resume_state(plan: SweepPlan, run: RunDir, env: dict,
-                 whole: SweepPlan | None = None) -> tuple[set[tuple[str, ...]], list[dict]]:
+def resume_state(plan: SweepPlan, run: RunDir, env: dict, whole: SweepPlan | None = None,
+                 rows_kind: str | None = None) -> tuple[set[tuple[str, ...]], list[dict]]:
     """(points finished, rows kept) of the run in its directory that this one resumes; refused, with
     nothing there changed, unless it is the same sweep on the same machine (runs/resume.py).
-    whole: the plan of every point the directory's rows may hold (torchrun: every rank's)."""
-    rows = resumable_rows(whole or plan, run, env)
+    whole: the plan of every point the directory's rows may hold (torchrun: every rank's);
+    rows_kind: the kind of results.csv, when it is not the command's (a replay writes kernel rows)."""
+    rows = resumable_rows(whole or plan, run, env, rows_kind)
     run.reopen()
     done = KEY.completed(rows, plan.combos())
     return done, [{**files.ADDED_KEYS, **r} for r in rows if point_key(r) in done]
 
 
-def resumable_rows(plan: SweepPlan, run: RunDir, env: dict) -> list[dict]:
+def resumable_rows(plan: SweepPlan, run: RunDir, env: dict, rows_kind: str | None = None) -> list[dict]:
     """The rows of `run`, once every check a resume makes has passed; nothing is changed."""
-    _, rows = check_resume(run, env)
+    _, rows = check_resume(run, env, rows_kind)
     allowed = {point_key(p.key()) for p in (*plan.points, *(u[0] for u in plan.unfit))}
     check_foreign(run.path, rows, KEY, allowed, {"backend": set(plan.backends), "strategy": set(plan.strategies),
                                                  "mode": set(plan.modes)})

@@ -68,15 +68,16 @@ def _shown(flag: str, text, named: bool) -> str:
     return f"{flag} {text}" if named else text
 
 
-def check_resume(run: RunDir, env: dict) -> tuple[dict, list[dict]]:
+def check_resume(run: RunDir, env: dict, rows_kind: str | None = None) -> tuple[dict, list[dict]]:
     """Everything a resume into `run` must agree with, before anything there changes: the machine
-    and libraries, the command and sweep flags, results.csv's kind and rows. (old env, the rows as text)."""
+    and libraries, the command and sweep flags, results.csv's kind (`rows_kind`, default the
+    command's: a replay's rows are kernel rows) and rows. (old env, the rows as text)."""
     old_env = run.read_env()
     run.check_resumable(old_env, env)
     check_same_sweep(run.path, old_env, env)
     rows = run.read_rows()
     if rows:  # none: stopped before its first point
-        check_rows(run.path, env["sweep"]["command"])
+        check_rows(run.path, rows_kind or env["sweep"]["command"])
     return old_env, rows
 
 

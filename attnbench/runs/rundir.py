@@ -260,10 +260,11 @@ class RunDir:
         self.record(self.path / "env.json")
         files.write_env(self.path, env)
 
-    def row_writer(self, keep: list[dict] | None = None) -> files.RowWriter:
-        """results.csv, appended a finished point at a time (rewritten with `keep` on resume)."""
+    def row_writer(self, keep: list[dict] | None = None, columns: list[str] = files.COLUMNS) -> files.RowWriter:
+        """results.csv, appended a finished point at a time (rewritten with `keep` on resume); a job
+        whose rows carry columns of its own (a replay's bucket) passes them."""
         self.record(self.path / "results.csv")
-        return files.RowWriter(self.path, keep=keep)
+        return files.RowWriter(self.path, keep=keep, columns=columns)
 
     def read_env(self) -> dict:
         """env.json, checked as every reader checks it (results/schema.py)."""

@@ -1,0 +1,203 @@
+"""What a replay's rows say about its trace: totals per choice, the per-step oracle, where each choice
+wins, and how far the buckets are from timing every step.
+
+Why apart from the sweep's tables: a replay's rows are buckets of steps, each weighed by its step
+count (traces/buckets.py), and its questions are about the whole trace. Everything here reads two
+tables: results.csv's rows (`part` bucket or sample, `bucket`, `step`, `steps`) and buckets.csv
+(each step's kind, sizes and bucket). A choice is a backend with a strategy, within one mode; its
+time for a step is its bucket's median (one layer's attention), and only passing rows count.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from attnbench.results.replicates import parse_times
+from attnbench.traces.buckets import bin_of, bin_range
+
+STEP_COLUMNS = ("step", "kind", "decode_rows", "query_tokens", "kv_tokens", "bucket")
+
+
+def choice_of(rows: pd.DataFrame) -> pd.Series:
+    return rows["backend"].astype(str) + " " + rows["strategy"].astype(str)
+
+
+def passed(rows: pd.DataFrame, part: str, mode: str) -> pd.DataFrame:
+    chosen = rows[(rows["part"] == part) & (rows["mode"] == mode) & (rows["verdict"] == "pass")]
+    return chosen.assign(choice=choice_of(chosen))
+
+
+def bucket_times(rows: pd.DataFrame, mode: str, value: str = "median_ms") -> pd.DataFrame:
+    """Bucket x choice: each bucket's `value` (ms) for each choice that passed on it."""
+    chosen = passed(rows, "bucket", mode)
+    if chosen.empty:
+        return pd.DataFrame()
+    return chosen.pivot_table(index="bucket", columns="choice", values=value, aggfunc="first")
+
+
+def step_counts(steps: pd.DataFrame) -> pd.Series:
+    return steps.groupby("bucket").size()
+
+
+@dataclass(frozen=True)
+class Total:
+    """A choice's attention time per layer over the whole trace (ms), with the p10-p90 band of its
+    samples summed the same way; `missing` buckets had no passing row (the total is then NaN)."""
+
+    choice: str
+    total_ms: float
+    low_ms: float
+    high_ms: float
+    missing: int
+
+
+def totals(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[Total]:
+    """Each choice's total, fastest first (incomplete choices last)."""
+    counts = step_counts(steps)
+    tables = [bucket_times(rows, mode, v).reindex(counts.index) for v in ("median_ms", "p10_ms", "p90_ms")]
+    found = []
+    for choice in tables[0].columns:
+        median, low, high = (t[choice] for t in tables)
+        missing = int(median.isna().sum())
+        weigh = lambda s: float((s * counts).sum()) if not missing else math.nan  # noqa: E731
+        found.append(Total(choice, weigh(median), weigh(low), weigh(high), missing))
+    return sorted(found, key=lambda t: (t.missing > 0, t.total_ms if not t.missing else 0, t.choice))
+
+
+def complete_times(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> pd.DataFrame:
+    """Bucket x choice, only the choices that passed on every bucket (the ones a total compares)."""
+    counts = step_counts(steps)
+    times = bucket_times(rows, mode).reindex(counts.index)
+    return times[[c for c in times.columns if times[c].notna().all()]]
+
+
+@dataclass(frozen=True)
+class Oracle:
+    """The best choice for each step, summed; what it saves over the best single choice (a fraction)."""
+
+    total_ms: float
+    best: str
+    best_ms: float
+    saving: float
+
+
+def _oracle_of(times: pd.DataFrame, counts: pd.Series) -> Oracle:
+    single = (times.mul(counts, axis=0)).sum()
+    best = str(single.idxmin())
+    total = float((times.min(axis=1) * counts).sum())
+    return Oracle(total, best, float(single[best]), 1.0 - total / float(single[best]) if single[best] else 0.0)
+
+
+def oracle(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> Oracle | None:
+    times = complete_times(rows, steps, mode)
+    return None if times.empty else _oracle_of(times, step_counts(steps))
+
+
+def replicate_times(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[pd.DataFrame]:
+    """Bucket x choice within each replicate (its medians, `replicate_medians_ms`), for the choices
+    complete in it; [] unless every passing bucket row has the same number (2 or more) of them."""
+    chosen = passed(rows, "bucket", mode)
+    if chosen.empty or "replicate_medians_ms" not in chosen:
+        return []
+    medians = [parse_times(cell) for cell in chosen["replicate_medians_ms"]]
+    if len({len(m) for m in medians}) != 1 or len(medians[0]) < 2:
+        return []
+    tables = []
+    for r in range(len(medians[0])):
+        table = chosen.assign(replicate=[m[r] for m in medians]).pivot_table(
+            index="bucket", columns="choice", values="replicate", aggfunc="first").reindex(step_counts(steps).index)
+        tables.append(table[[c for c in table.columns if table[c].notna().all()]])
+    return tables
+
+
+def replicate_ranges(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> dict[str, tuple[float, float]]:
+    """(lowest, highest) over replicates, each computed within one replicate: every complete
+    choice's total (by its name) and the oracle's saving over the best single choice (`saving`)."""
+    counts, found = step_counts(steps), {}
+    for times in replicate_times(rows, steps, mode):
+        if times.empty:
+            continue
+        values = {**(times.mul(counts, axis=0)).sum().to_dict(), "saving": _oracle_of(times, counts).saving}
+        for name, value in values.items():
+            low, high = found.get(name, (value, value))
+            found[name] = (min(low, value), max(high, value))
+    return found
+
+
+def wins(rows: pd.DataFrame, steps: pd.DataFrame, mode: str, ratio: float) -> pd.DataFrame:
+    """By step kind and query-token bin: steps, the choice that is fastest on most of them and on
+    what share, and every choice that wins any (choice: steps)."""
+    times = complete_times(rows, steps, mode)
+    if times.empty:
+        return pd.DataFrame()
+    winner = times.idxmin(axis=1)
+    table = steps.assign(winner=steps["bucket"].map(winner),
+                         size=[bin_of(q, ratio) for q in steps["query_tokens"]])
+    found = []
+    for (kind, size), group in table.groupby(["kind", "size"], sort=True):
+        counted = group["winner"].value_counts()
+        low, high = bin_range(int(size), ratio)
+        found.append({"kind": kind, "query tokens": f"{low}-{high}" if high > low else str(low),
+                      "steps": len(group), "wins most": counted.index[0],
+                      "share": counted.iloc[0] / len(group),
+                      "all winners": ", ".join(f"{c}: {n}" for c, n in counted.items())})
+    return pd.DataFrame(found)
+
+
+@dataclass(frozen=True)
+class SampleError:
+    """Over the sampled steps timed one by one: their timed total against the bucketed estimate of
+    the same steps (each its bucket's time); error_pct = (estimate - timed) / timed x 100."""
+
+    choice: str
+    steps: int
+    timed_ms: float
+    estimate_ms: float
+    error_pct: float
+
+
+def sample_errors(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[SampleError]:
+    times = bucket_times(rows, mode)
+    sampled = passed(rows, "sample", mode)
+    bucket_of = steps.set_index("step")["bucket"]
+    found = []
+    for choice, group in sampled.groupby("choice", sort=True):
+        if choice not in times.columns:
+            continue
+        estimates = times[choice].reindex(bucket_of.reindex(group["step"].astype(int)).values).values
+        keep = ~pd.isna(estimates)
+        timed, estimate = float(group["median_ms"].values[keep].sum()), float(estimates[keep].sum())
+        if keep.any() and timed > 0:
+            found.append(SampleError(choice, int(keep.sum()), timed, estimate, (estimate - timed) / timed * 100))
+    return found
+
+
+def per_step(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> pd.DataFrame:
+    """Step x choice: each step's time (its bucket's), for the choices complete on the trace."""
+    times = complete_times(rows, steps, mode)
+    return pd.DataFrame(times.reindex(steps["bucket"]).values, index=steps["step"], columns=times.columns)
+
+
+def modes_of(rows: pd.DataFrame) -> list[str]:
+    return [m for m in ("graph", "eager") if (rows.get("mode", pd.Series(dtype=str)) == m).any()]
+
+
+def summary_record(rows: pd.DataFrame, steps: pd.DataFrame) -> dict:
+    """The numbers env.json keeps, per mode: totals, the oracle and the exact-sample errors."""
+    record = {}
+    for mode in modes_of(rows):
+        best, ranges = oracle(rows, steps, mode), replicate_ranges(rows, steps, mode)
+        record[mode] = {
+            "replicate_ranges": {name: [round(low, 6), round(high, 6)] for name, (low, high) in ranges.items()},
+            "totals_ms": {t.choice: None if t.missing else round(t.total_ms, 6) for t in totals(rows, steps, mode)},
+            "oracle": None if best is None else {"total_ms": round(best.total_ms, 6), "best_single": best.best,
+                                                 "best_single_ms": round(best.best_ms, 6),
+                                                 "saving_pct": round(best.saving * 100, 3)},
+            "exact_sample": {e.choice: {"steps": e.steps, "timed_ms": round(e.timed_ms, 6),
+                                        "estimate_ms": round(e.estimate_ms, 6), "error_pct": round(e.error_pct, 3)}
+                             for e in sample_errors(rows, steps, mode)},
+        }
+    return record

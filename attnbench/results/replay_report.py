@@ -1,0 +1,95 @@
+"""A replay's summary.md: the totals per choice, the per-step oracle, where each choice wins and the
+bucketing error, per mode, as tables a reader can paste.
+
+Why its own module: results/replay.py computes, this words it; the job (runs/replay.py) only hands
+both tables in. A CPU run says first that its timings are a pipeline demo, and draws no verdict.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from attnbench.results.figures import CPU_MARK, is_cpu, where_it_ran
+from attnbench.results.replay import modes_of, oracle, replicate_ranges, sample_errors, totals, wins
+
+
+def _ms(value: float) -> str:
+    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4g}"
+
+
+def _table(header: list[str], lines: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(map(str, line)) + " |" for line in lines)]
+
+
+def totals_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[str]:
+    """The totals, with the p10 - p90 band of the samples and, with replicates, the range of the
+    totals each replicate gives alone (what differs between runs)."""
+    found, ranges = totals(rows, steps, mode), replicate_ranges(rows, steps, mode)
+    complete = [t for t in found if not t.missing]
+    fastest = complete[0].total_ms if complete else math.nan
+    lines = [[t.choice, _ms(t.total_ms), f"{_ms(t.low_ms)} – {_ms(t.high_ms)}",
+              " – ".join(map(_ms, ranges[t.choice])) if t.choice in ranges else "—",
+              f"{t.total_ms / fastest:.3f}x" if not t.missing and fastest else
+              f"no total: {t.missing} bucket(s) without a passing row"]
+             for t in found]
+    return ["### Attention time per layer over the trace", "",
+            *_table(["choice", "total ms", "p10 – p90 ms", "replicates ms", "vs fastest"], lines), ""]
+
+
+def oracle_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str, cpu: bool) -> list[str]:
+    best = oracle(rows, steps, mode)
+    if best is None:
+        return ["No choice passed on every bucket: no oracle.", ""]
+    spread = replicate_ranges(rows, steps, mode).get("saving")
+    within = f" ({spread[0] * 100:.2f} – {spread[1] * 100:.2f} % within each replicate)" if spread else ""
+    verdict = "" if cpu else f" It saves {best.saving * 100:.2f} %{within} over the best single choice."
+    return [f"Per-step oracle (the fastest choice for each step): {_ms(best.total_ms)} ms against "
+            f"{_ms(best.best_ms)} ms for the best single choice, {best.best}.{verdict}", ""]
+
+
+def wins_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str, ratio: float) -> list[str]:
+    table = wins(rows, steps, mode, ratio)
+    if table.empty:
+        return []
+    lines = [[r["kind"], r["query tokens"], r["steps"], r["wins most"], f"{r['share'] * 100:.0f} %", r["all winners"]]
+             for _, r in table.iterrows()]
+    return ["### Where each choice wins (steps, by kind and query tokens)", "",
+            *_table(["kind", "query tokens", "steps", "wins most", "of its steps", "winners"], lines), ""]
+
+
+def sample_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[str]:
+    errors = sample_errors(rows, steps, mode)
+    if not errors:
+        return ["Bucketing error: not measured (no --exact-sample step passed; `--exact-sample N` times N steps "
+                "one by one and compares them with their buckets).", ""]
+    lines = [[e.choice, e.steps, _ms(e.timed_ms), _ms(e.estimate_ms), f"{e.error_pct:+.2f} %"] for e in errors]
+    return ["### Bucketing error (sampled steps timed one by one)", "",
+            *_table(["choice", "steps", "timed ms", "bucketed estimate ms", "error"], lines), ""]
+
+
+def summary_text(rows: pd.DataFrame, steps: pd.DataFrame, trace: dict) -> str:
+    """summary.md: what was replayed, then each mode's sections."""
+    cpu = is_cpu(rows)
+    out = ["# attnbench replay", ""]
+    if cpu:
+        out += [f"**{CPU_MARK}**: the reference backend on the CPU; no verdict is drawn from these timings.", ""]
+    out += [f"- trace: `{trace['path']}` ({trace['steps']} steps: {trace['kinds']})",
+            f"- buckets: {trace['buckets']} ({trace['rule']})",
+            f"- exact sample: {trace['exact_sample']} step(s), seed {trace['seed']}",
+            *([f"- shard {trace['shard']}: only its share of the points was measured here; the other shards' "
+               "buckets have no rows, so no choice has a total"] if trace.get("shard") else []),
+            f"- ran on: {where_it_ran(rows)}",
+            "- times are one layer's attention per step, summed over the steps (each bucket's median weighed by "
+            "its step count)", ""]
+    for mode in modes_of(rows):
+        out += [f"## {mode}", "", *totals_section(rows, steps, mode), *oracle_section(rows, steps, mode, cpu),
+                *wins_section(rows, steps, mode, trace["ratio"]), *sample_section(rows, steps, mode)]
+    failed = rows[~rows["verdict"].isin(["pass"])]
+    if not failed.empty:
+        counts = failed["verdict"].value_counts()
+        out += ["Rows that did not pass: " + ", ".join(f"{n} {v}" for v, n in counts.items())
+                + " (results.csv's reason column says why).", ""]
+    return "\n".join(out)

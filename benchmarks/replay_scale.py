@@ -1,0 +1,80 @@
+"""A 10,000-step trace replayed on every backend x strategy: how long it takes, and how far its buckets are
+from timing every step.
+
+    python3 benchmarks/replay_scale.py --out results/replay-scale [--steps 10000] [--exact-sample 500]
+        [--flags "--mode graph --budget-ms 20 --replicates 1"]
+
+Makes the trace with attnbench's own generator and scheduler (`attnbench trace synth`: long
+prompts chunked at 512 tokens, up to 128 running, a 2048-token budget, llama-3-8b's 32/8x128 shape,
+seed 0; stopped at --steps), then runs `attnbench replay` on it with --exact-sample steps also
+timed one by one. Prints, whatever they are: the trace's steps and buckets, the replay's wall time
+(goal: at most 5 minutes for 4 backends x 2 strategies on an H200), and per mode and choice the
+total, the oracle's saving and the bucketing error against the sample (goal: within 2 %). Not a
+test: a benchmark that prints numbers. The replay's directory holds everything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SYNTH = ["--num-requests", "6000", "--rate", "25", "--input-len", "lognormal:1500:0.6", "--output-len",
+         "lognormal:200:0.5", "--max-num-seqs", "128", "--chunk-size", "512", "--max-num-batched-tokens", "2048",
+         "--heads", "32", "--kv-heads", "8", "--dim", "128", "--dtype", "bf16", "--block-size", "16", "--seed", "0"]
+
+
+def attnbench(*args: str) -> float:
+    """Run one attnbench command in its own process (as a user would); its wall time in seconds."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "attnbench", *args])
+    if done.returncode != 0:
+        sys.exit(f"attnbench {' '.join(args[:2])} failed with exit {done.returncode}")
+    return time.perf_counter() - start
+
+
+def report(env: dict, wall_s: float) -> None:
+    replay = env["replay"]
+    print(f"\ntrace: {replay['steps']} steps {replay['kinds']}, {replay['buckets']} buckets "
+          f"(--bucket-ratio {replay['bucket_ratio']}), {replay['exact_sample']} steps timed one by one")
+    print(f"replay wall time: {wall_s:.1f} s (goal: <= 300 s on an H200 for 4 backends x 2 strategies)")
+    for mode, numbers in replay["results"].items():
+        print(f"\n[{mode}]  choice: total ms per layer over the trace | bucketing error on the sample")
+        errors = numbers["exact_sample"]
+        for choice, total in numbers["totals_ms"].items():
+            error = errors.get(choice)
+            said = f"{error['error_pct']:+.2f} % over {error['steps']} steps" if error else "not measured"
+            print(f"  {choice:32s} {'incomplete' if total is None else f'{total:10.3f}'} | {said}")
+        oracle = numbers["oracle"]
+        if oracle:
+            print(f"  oracle {oracle['total_ms']:.3f} ms, {oracle['saving_pct']:.2f} % below the best single "
+                  f"choice ({oracle['best_single']})")
+        worst = max((abs(e["error_pct"]) for e in errors.values()), default=None)
+        if worst is not None:
+            print(f"  largest |bucketing error|: {worst:.2f} % (goal: <= 2 %)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="a new directory: the trace and the replay's run")
+    parser.add_argument("--steps", type=int, default=10_000, help="steps of the trace (the scheduler stops there)")
+    parser.add_argument("--exact-sample", type=int, default=500, help="steps also timed one by one")
+    parser.add_argument("--flags", default="--mode graph --budget-ms 20 --replicates 1",
+                        help="more replay flags, as one string")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    trace = args.out / "trace.jsonl"
+    made_s = attnbench("trace", "synth", *SYNTH, "--max-steps", str(args.steps), "--out", str(trace), "--force")
+    print(f"trace made in {made_s:.1f} s: {trace}")
+    run = args.out / "replay"
+    wall_s = attnbench("replay", str(trace), "--exact-sample", str(args.exact_sample), *shlex.split(args.flags),
+                       "--out", str(run), "--force")
+    report(json.loads((run / "env.json").read_text()), wall_s)
+
+
+if __name__ == "__main__":
+    main()
