@@ -4,8 +4,10 @@ Why columns: a decode-heavy step holds a hundred requests; one object per reques
 of a few hundred steps megabytes. A step line holds one list per field, a value per request, in the
 engine's order: `{"query_len": [1, 1, 512], "kv_len": [800, 33, 1536], "chunked": [false, false, true]}`.
 `query_len` and `kv_len` are always there; `num_draft_tokens`, `chunked` and `prefix_hit` are left
-out when every request has the default (0, false, 0). Any other key is refused, so a misspelt field
-is an error, not a default. docs/guides/traces.md documents the format.
+out when every request has the default (0, false, 0). Since version 2 a step built from an aggregate
+log carries `"synthesized": true` (one value for the step: its lengths were drawn, not read); a
+version 1 file is read as before. Any other key is refused, so a misspelt field is an error, not a
+default. docs/guides/traces.md documents the format.
 """
 
 from __future__ import annotations
@@ -23,8 +25,14 @@ COLUMNS = ("query_len", "kv_len", *OPTIONAL)
 HEADER_KEYS = {"format", "version", "source", "shape", "synthesized", "generator"}
 
 
-def header_line(header: Header) -> str:
-    return json.dumps({"format": header.format, "version": header.version, "source": header.source,
+def written_version(trace: Trace) -> int:
+    """The oldest version that holds the trace: 2 only when a step is marked synthesized, so a trace
+    without one still reads in an attnbench that knows version 1 only."""
+    return 2 if any(step.synthesized for step in trace.steps) else 1
+
+
+def header_line(header: Header, version: int = VERSION) -> str:
+    return json.dumps({"format": header.format, "version": version, "source": header.source,
                        "shape": header.shape.as_dict(), "synthesized": header.synthesized,
                        "generator": header.generator}, sort_keys=False)
 
@@ -33,11 +41,13 @@ def step_line(step: TraceStep) -> str:
     columns = {name: [getattr(r, name) for r in step.requests] for name in COLUMNS}
     kept = {name: values for name, values in columns.items()
             if name not in OPTIONAL or any(v != OPTIONAL[name] for v in values)}
+    if step.synthesized:
+        kept["synthesized"] = True
     return json.dumps(kept, separators=(",", ":"))
 
 
 def trace_lines(trace: Trace) -> Iterator[str]:
-    yield header_line(trace.header)
+    yield header_line(trace.header, written_version(trace))
     for step in trace.steps:
         yield step_line(step)
 
@@ -75,11 +85,17 @@ def parse_header(value: dict) -> Header:
                   version=version)
 
 
-def parse_step(value: dict) -> TraceStep:
-    """One step line: equal-length columns, each value checked as a Request field."""
+def parse_step(value: dict, version: int = VERSION) -> TraceStep:
+    """One step line: equal-length columns, each value checked as a Request field, and (version 2
+    on) the step's `synthesized` marker."""
+    value = dict(value)
+    synthesized = value.pop("synthesized", False) if version >= 2 else False
+    if not isinstance(synthesized, bool):
+        raise FieldError("synthesized", f"expected true or false, got {synthesized!r}")
     unknown = sorted(set(value) - set(COLUMNS))
     if unknown:
-        raise FieldError(unknown[0], f"unknown step field; a step holds {', '.join(COLUMNS)}")
+        raise FieldError(unknown[0], f"unknown step field; a version {version} step holds "
+                         f"{', '.join(COLUMNS + (('synthesized',) if version >= 2 else ()))}")
     for name in ("query_len", "kv_len"):
         if name not in value:
             raise FieldError(name, "missing")
@@ -98,7 +114,7 @@ def parse_step(value: dict) -> TraceStep:
             requests.append(Request(**row))
         except FieldError as exc:
             raise UsageError(f"{exc} (request {i})") from None
-    return TraceStep(tuple(requests))
+    return TraceStep(tuple(requests), synthesized)
 
 
 def read_trace(path: Path, limit: int | None = None) -> Trace:
@@ -111,7 +127,7 @@ def read_trace(path: Path, limit: int | None = None) -> Trace:
             if header is None:
                 header = parse_header(value)
             else:
-                steps.append(parse_step(value))
+                steps.append(parse_step(value, header.version))
                 rows += len(steps[-1].requests)
         except UsageError as exc:
             raise UsageError(f"{where(path, number)}: {exc}") from None

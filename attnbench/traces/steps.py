@@ -18,7 +18,9 @@ from attnbench.kernels.workload import (DTYPE_ALIASES, DTYPES, MAX_BLOCK_SIZE, M
                                         MAX_HEADS, MAX_TOKENS, Batch)
 
 FORMAT = "attnbench-step-trace"
-VERSION = 1  # raised when a reader of this version would misread a newer file
+# raised when a reader of this version would misread a newer file; version 2 added a step's
+# `synthesized` marker (jsonl.py reads version 1 files as before)
+VERSION = 2
 STEP_KINDS = ("decode", "prefill", "mixed")
 MAX_REQUESTS = 1 << 16  # requests of one step: far past any engine's max_num_seqs
 # request rows of one trace: each takes about 120 bytes of memory once read, so this bounds a trace
@@ -89,13 +91,17 @@ OPTIONAL = {f.name: f.default for f in fields(Request) if f.name not in ("query_
 
 @dataclass(frozen=True)
 class TraceStep:
-    """One engine step: its requests in the engine's order (`batch` puts decode rows first)."""
+    """One engine step: its requests in the engine's order (`batch` puts decode rows first).
+    `synthesized`: the step's counts were read (an aggregate log line) but its per-request lengths
+    were drawn from stated distributions (step_logs.py), so a row is not a request that ran."""
 
     requests: tuple[Request, ...]
+    synthesized: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.requests) <= MAX_REQUESTS:
             raise FieldError("query_len", f"a step holds 1 to {MAX_REQUESTS} requests, got {len(self.requests)}")
+        flag(self.synthesized, "synthesized")
 
     @property
     def num_tokens(self) -> int:
@@ -167,7 +173,7 @@ class Header:
     synthesized: bool = False
     generator: dict = field(default_factory=dict)
     format: str = FORMAT
-    version: int = VERSION
+    version: int = field(default=VERSION, compare=False)  # the version a file was read as, not content
 
 
 @dataclass(frozen=True)
