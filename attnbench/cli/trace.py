@@ -67,11 +67,21 @@ def _config(budget, max_seqs, chunk, drafts, step_ms, max_steps, block_size):
     return SchedulerConfig(budget, max_seqs, chunk, drafts, step_ms, block_size or 16, max_steps)
 
 
+def _log_lengths(input_len, kv_len, seed):
+    from attnbench.traces.log_steps import LogLengths
+    from attnbench.traces.requests import LengthDist
+
+    return LogLengths(LengthDist.parse(input_len, "--log-input-len"), LengthDist.parse(kv_len, "--log-kv-len"), seed)
+
+
 def _wrote(console, out: Path, trace) -> None:
-    kinds = trace.kinds()
+    kinds, log = trace.kinds(), trace.header.generator.get("log")
     console.print(f"wrote {out}: {len(trace.steps)} steps ({', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))})"
                   + (f"; {trace.header.generator['unfinished']} requests unfinished (--max-steps)"
-                     if trace.header.generator.get("unfinished") else ""), highlight=False)
+                     if trace.header.generator.get("unfinished") else "")
+                  + (f"; lengths drawn, every step marked synthesized; {log['ignored_lines']} of {log['lines']} log "
+                     f"lines ignored, {log['empty_steps']} steps without a request skipped" if log else ""),
+                  highlight=False)
 
 
 def convert(
@@ -85,13 +95,19 @@ def convert(
     time_unit: Annotated[str, typer.Option(help="Unit of --timed-trace timestamps: s or ms (Mooncake-style traces). Example: --time-unit ms")] = "s",
     flashinfer_bench: Annotated[Optional[Path], typer.Option(help="A flashinfer-bench workload JSON Lines file of a paged GQA definition (gqa_paged_decode_* or gqa_paged_prefill_causal_*); its index tensors are read from the safetensors files it points to. One step per workload. Example: --flashinfer-bench workloads/gqa_paged/gqa_paged_decode_h32_kv8_d128_ps1.jsonl")] = None,
     fib_root: Annotated[Optional[Path], typer.Option(help="The flashinfer-bench dataset root the workloads' safetensors paths are relative to (default: the folder above workloads/, else the file's own). Example: --fib-root flashinfer-trace")] = None,
+    sglang_log: Annotated[Optional[Path], typer.Option(help="An SGLang server log: each `Prefill batch` / `Decode batch` line becomes one step with the line's counts, the per-request lengths drawn (--log-input-len, --log-kv-len, --seed) and marked synthesized. Example: --sglang-log server.log")] = None,
+    vllm_log: Annotated[Optional[Path], typer.Option(help="A vLLM V1 log written with --enable-logging-iteration-details: each `Iteration(N): ...` line becomes one step with its counts, the per-request lengths drawn and marked synthesized. Example: --vllm-log vllm.log")] = None,
+    log_input_len: Annotated[str, typer.Option(help="--sglang-log/--vllm-log: a step's new and cached prefill tokens are shared among its prefill requests in proportion to prompt lengths drawn from this: N, uniform:LOW:HIGH or lognormal:MEDIAN:SIGMA. Example: --log-input-len lognormal:600:0.8")] = "lognormal:600:0.8",
+    log_kv_len: Annotated[str, typer.Option(help="--sglang-log/--vllm-log: KV lengths of decode requests drawn from this (then scaled to SGLang's #token when the line has it), as --log-input-len. Example: --log-kv-len lognormal:1000:0.8")] = "lognormal:1000:0.8",
+    seed: Annotated[int, typer.Option(help="--sglang-log/--vllm-log: seed of the drawn lengths; the same log and seed give the same trace. Example: --seed 1")] = 0,
     heads: Heads = None, kv_heads: KvHeads = None, dim: Dim = None, dtype: TraceDtype = None,
     block_size: BlockSize = None, max_num_batched_tokens: Budget = 2048, max_num_seqs: MaxSeqs = 128,
     chunk_size: Chunk = 512, num_draft_tokens: Drafts = 0, step_ms: StepMs = 20.0, max_steps: MaxSteps = 100_000,
     force: Force = False,
 ) -> None:
     """Convert one kind of input into a step trace: a vLLM shapes file, --case or batch-spec strings,
-    flashinfer-bench workloads (one step each), or a request trace (scheduled into steps by the simulation).
+    flashinfer-bench workloads (one step each), a request trace (scheduled into steps by the simulation),
+    or an SGLang or vLLM step log (its counts kept, the per-request lengths drawn and marked synthesized).
 
     Example: attnbench trace convert --batch-spec 2q2k_32q1kv1k --batch-spec 64q1kv4k --out mix.jsonl
     """
@@ -102,7 +118,8 @@ def convert(
         if time_unit not in ("s", "ms"):
             raise UsageError(f"--time-unit: expected s or ms, got {time_unit!r}")
         inputs = job.TraceInputs(steps, shapes, case or [], batch_spec or [], timed_trace, burstgpt, time_unit,
-                                 flashinfer_bench, fib_root)
+                                 flashinfer_bench, fib_root, sglang_log, vllm_log,
+                                 _log_lengths(log_input_len, log_kv_len, seed))
         inputs.check_one()
         shape = shape_of_flags(heads, kv_heads, dim, dtype, block_size)
         config = _config(max_num_batched_tokens, max_num_seqs, chunk_size, num_draft_tokens, step_ms, max_steps,

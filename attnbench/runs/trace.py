@@ -19,7 +19,9 @@ from attnbench.errors import AttnbenchError, UsageError
 from attnbench.kernels.workload import MAX_BLOCK_SIZE, MAX_CONTEXT, MAX_SEED
 from attnbench.results.atomic import replace_atomic, write_text_atomic
 from attnbench.traces import jsonl, requests, vllm_shapes
+from attnbench.traces.log_steps import LogLengths, log_trace
 from attnbench.traces.scheduler import SchedulerConfig, simulate
+from attnbench.traces.step_logs import read_log
 from attnbench.traces.steps import Header, Shape, Trace, TraceStep, check_rows
 
 
@@ -58,7 +60,7 @@ def write_output(path: Path, text: str, flag: str = "--out") -> Path:
         raise UsageError(f"{flag}: cannot write {path}: {exc.strerror or exc}") from None
 
 
-INPUT_FLAGS = "--steps/--shapes/--case/--batch-spec/--timed-trace/--burstgpt/--flashinfer-bench"
+INPUT_FLAGS = "--steps/--shapes/--case/--batch-spec/--timed-trace/--burstgpt/--flashinfer-bench/--sglang-log/--vllm-log"
 
 
 @dataclass(frozen=True)
@@ -74,16 +76,20 @@ class TraceInputs:
     time_unit: str = "s"
     flashinfer_bench: Path | None = None
     fib_root: Path | None = None
+    sglang_log: Path | None = None
+    vllm_log: Path | None = None
+    log_lengths: LogLengths | None = None
 
     def files(self) -> list[Path]:
-        return [Path(p) for p in (self.steps, self.shapes, self.timed_trace, self.burstgpt, self.flashinfer_bench)
-                if p is not None]
+        return [Path(p) for p in (self.steps, self.shapes, self.timed_trace, self.burstgpt, self.flashinfer_bench,
+                                  self.sglang_log, self.vllm_log) if p is not None]
 
     def check_one(self) -> None:
         given = [flag for flag, value in (("--steps", self.steps), ("--shapes", self.shapes), ("--case", self.cases),
                                           ("--batch-spec", self.batch_specs), ("--timed-trace", self.timed_trace),
                                           ("--burstgpt", self.burstgpt),
-                                          ("--flashinfer-bench", self.flashinfer_bench)) if value]
+                                          ("--flashinfer-bench", self.flashinfer_bench),
+                                          ("--sglang-log", self.sglang_log), ("--vllm-log", self.vllm_log)) if value]
         if len(given) != 1:
             raise UsageError(f"{'/'.join(given) or INPUT_FLAGS}: give exactly one kind of input")
 
@@ -104,8 +110,12 @@ def _named_steps(named: list[tuple[str, TraceStep]], source: str, shape: Shape) 
 
 
 def convert(inputs: TraceInputs, shape: Shape, config: SchedulerConfig) -> Trace:
-    """Any supported input -> a step trace (request traces go through the scheduler simulation)."""
+    """Any supported input -> a step trace (request traces go through the scheduler simulation, an
+    aggregate log's counts get per-request lengths drawn as `inputs.log_lengths` says)."""
     inputs.check_one()
+    if inputs.sglang_log or inputs.vllm_log:
+        engine, path = ("sglang", inputs.sglang_log) if inputs.sglang_log else ("vllm", inputs.vllm_log)
+        return log_trace(read_log(path, engine), path, engine, inputs.log_lengths, shape)
     if inputs.steps:
         trace = jsonl.read_trace(inputs.steps)
         return Trace(Header(trace.header.source, shape.over(trace.header.shape), trace.header.synthesized,
