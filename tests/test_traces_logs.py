@@ -114,6 +114,8 @@ def test_every_step_is_marked_synthesized_and_reads_back(tmp_path):
     assert all(line["synthesized"] is True for line in lines[1:])
     assert all(step.synthesized for step in trace.steps)
     assert all(100 <= r.kv_len <= 200 for r in trace.steps[1].requests)
+    summary = invoke("trace", "summary", out)
+    assert "steps marked synthesized (counts read, lengths drawn): 3 of 3" in " ".join(summary.output.split())
     result = invoke("trace", "convert", "--steps", out, "--out", tmp_path / "again.jsonl")
     assert result.exit_code == 0, result.output
     assert read_trace(tmp_path / "again.jsonl") == trace

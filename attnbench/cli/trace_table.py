@@ -22,9 +22,13 @@ def print_summary(console: Console, path: Path, trace: Trace) -> None:
     console.print(f"[bold]{escape(str(path))}[/]: step trace v{header.version} from {escape(header.source)}; "
                   f"shape: {escape(shape)}; lengths {'synthesized' if header.synthesized else 'read'}",
                   highlight=False)
-    for key in ("finished", "unfinished", "simulated_seconds"):
+    for key in ("finished", "unfinished", "simulated_seconds", "log", "lengths"):
         if key in header.generator:
-            console.print(f"  {key.replace('_', ' ')}: {header.generator[key]}", highlight=False)
+            console.print(f"  {key.replace('_', ' ')}: {escape(str(header.generator[key]))}", highlight=False)
+    marked = sum(step.synthesized for step in trace.steps)
+    if marked:
+        console.print(f"  steps marked synthesized (counts read, lengths drawn): {marked} of {len(trace.steps)}",
+                      highlight=False)
     kinds = Table(title=f"{len(trace.steps)} steps by kind")
     for column in ("kind", "steps", "share"):
         kinds.add_column(column, justify="left" if column == "kind" else "right")
