@@ -17,8 +17,9 @@ from attnbench.cli.options import Dtype
 from attnbench.console import make_console
 from attnbench.errors import UsageError
 
-app = typer.Typer(no_args_is_help=True, help="Step traces: convert vLLM shapes, batch specs and request traces "
-                                              "into attnbench's step trace, synthesize one, summarize one.")
+app = typer.Typer(no_args_is_help=True, help="Step traces: convert vLLM shapes, batch specs, request traces and "
+                                              "engine step logs into attnbench's step trace, synthesize one, "
+                                              "summarize one.")
 
 Out = Annotated[Path, typer.Option(help="The step trace to write (JSON Lines; new, empty, or a trace attnbench "
                                         "wrote, with --force). Example: --out traces/mine.jsonl")]
