@@ -26,7 +26,8 @@ def plot_rule(cells: Cells, tables: dict[str, list[Line]], path: Path) -> Path:
         names = [l.name if l.name != "always" else f"always {l.choice}" for l in shown]
         colours = [RULE_COLOUR if l.name.startswith("rule") else DEFAULT_COLOUR if "default" in l.name
                    or l.name.startswith("best") else OTHER_COLOUR for l in shown]
-        ax.barh(range(len(shown)), [l.regret_pct for l in shown], color=colours)
+        bars = ax.barh(range(len(shown)), [l.regret_pct for l in shown], color=colours)
+        ax.bar_label(bars, [f"{l.regret_pct:.1f} %" for l in shown], fontsize=7, padding=2)
         ax.set_yticks(range(len(shown)), names, fontsize=7)
         ax.invert_yaxis()
         ax.set_xlabel("regret over the per-cell oracle, %")
