@@ -5,6 +5,8 @@ refused fit creates no --out. `-s` prints how many inputs were tried.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from bad_results import counted, refused
 from rule_fixtures import write_run
@@ -75,3 +77,23 @@ def test_bad_places_to_write_lose_nothing(tmp_path, good):
     for name, (out, named) in cases.items():
         check(tmp_path, name, [good, "--out", out], named)
     assert list((tmp_path / "real").iterdir()) == []
+
+
+def test_bad_rule_dirs_for_apply(tmp_path, good):
+    cases = {"no rule.json": "", "not json": "{", "not a rule": '{"format": "x"}',
+             "bad feature": '{"format": "attnbench-rule", "tree": {"feature": "x", "threshold": 1, "le": {}, "gt": {}}}',
+             "bad threshold": '{"format": "attnbench-rule", "tree": {"feature": "decode_rows", "threshold": "a"}}',
+             "bad choice": '{"format": "attnbench-rule", "tree": {"choice": "fa3"}}'}
+    for name, text in cases.items():
+        rule_dir = tmp_path / name.replace(" ", "-")
+        rule_dir.mkdir()
+        if text:
+            (rule_dir / "rule.json").write_text(text)
+        TRIED.add(f"apply: {name}")
+        refused(["rule", "apply", rule_dir, good], ["RULE_DIR"], tmp_path)
+
+
+def test_without_scikit_learn_fit_says_how_to_install_it(tmp_path, good, monkeypatch):
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # import sklearn raises ImportError
+    check(tmp_path, "no scikit-learn", [good, "--out", tmp_path / "o"], ["pip install", "scikit-learn"])
+    assert not (tmp_path / "o").exists()

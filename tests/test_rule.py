@@ -96,3 +96,19 @@ def test_the_h200_example_fits_and_beats_every_static_choice(tmp_path):
     assert regrets["rule, cross-validated [per cell]"] < min(statics)
     assert rule["gpu"] == ["NVIDIA H200"] and (out / "rule_regret.png").stat().st_size > 0
     assert "## The rule" in (out / "summary.md").read_text()
+
+
+def test_apply_judges_a_rule_on_other_rows_even_choices_they_lack(tmp_path):
+    _, out = fitted(tmp_path, run=EXAMPLE)
+    other = write_run(tmp_path / "other", choices=("vllm-fa3 split", "flashinfer split"))
+    result = invoke("rule", "apply", out, other)
+    assert result.exit_code == 0, result.output
+    assert "| rule | per cell |" in result.stdout and "trace of synthetic" in result.stdout
+
+
+def test_force_over_an_earlier_rule_keeps_what_it_did_not_write(tmp_path):
+    _, out = fitted(tmp_path)
+    (out / "notes.txt").write_text("mine")
+    again = invoke("rule", "fit", tmp_path / "run", "--out", out, "--force", "--max-depth", "1")
+    assert again.exit_code == 0, again.output
+    assert (out / "notes.txt").read_text() == "mine" and (out / "rule.py").is_file()

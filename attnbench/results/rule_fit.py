@@ -45,7 +45,8 @@ def effective(times: pd.DataFrame) -> pd.DataFrame:
 
 def regret(times: pd.DataFrame, weights: pd.Series, picks: pd.Series) -> tuple[float, float, float]:
     """(total ms of `picks`, the oracle's total ms, regret %) over the cells of `picks`."""
-    table = effective(times.loc[picks.index])
+    columns = list(times.columns) + sorted(set(picks) - set(times.columns))  # a choice these rows never timed
+    table = effective(times.loc[picks.index].reindex(columns=columns))
     chosen = np.array([table.at[cell, choice] for cell, choice in picks.items()])
     w = weights.loc[picks.index].to_numpy()
     total, best = float((chosen * w).sum()), float((table.min(axis=1).to_numpy() * w).sum())
@@ -163,3 +164,23 @@ def tree_words(node: dict, depth: int = 0) -> list[str]:
         return [f"{pad}-> {node['choice']} ({node['cells']} cell(s), weight {node['weight']:g})"]
     return ([f"{pad}if {node['feature']} <= {node['threshold']:g}:"] + tree_words(node["le"], depth + 1)
             + [f"{pad}else ({node['feature']} > {node['threshold']:g}):"] + tree_words(node["gt"], depth + 1))
+
+
+def check_tree(node: object, features: set[str], where: str = "tree") -> None:
+    """A tree read back from rule.json: every node a leaf with a choice ("backend strategy") or a
+    split on a known feature at a number; AttnbenchError naming the node otherwise."""
+    from attnbench.errors import AttnbenchError
+
+    if not isinstance(node, dict):
+        raise AttnbenchError(f"{where} is not an object")
+    if "choice" in node:
+        if not isinstance(node["choice"], str) or len(node["choice"].split(" ")) != 2:
+            raise AttnbenchError(f"{where}.choice is not \"backend strategy\": {node['choice']!r}")
+        return
+    threshold = node.get("threshold")
+    if node.get("feature") not in features:
+        raise AttnbenchError(f"{where}.feature is not one of {', '.join(sorted(features))}: {node.get('feature')!r}")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
+        raise AttnbenchError(f"{where}.threshold is not a finite number: {threshold!r}")
+    for branch in ("le", "gt"):
+        check_tree(node.get(branch), features, f"{where}.{branch}")

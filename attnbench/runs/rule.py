@@ -1,4 +1,5 @@
-"""`attnbench rule fit RUN... --out DIR` as a job: read the cells, fit, judge, write the rule's files.
+"""`attnbench rule fit RUN... --out DIR` as a job: read the cells, fit, judge, write the rule's files;
+`attnbench rule apply RULE_DIR RUN...`: an existing rule's regret on other rows.
 
 Why a job of its own: fitting writes a directory like any run (claimed, locked, every file it
 writes recorded, so --force removes only those), and everything that can be refused -- a bad
@@ -13,11 +14,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from attnbench.errors import UsageError
-from attnbench.results.rule_cells import read_cells
-from attnbench.results.rule_fit import check_depth, cross_validated, fit_tree, predict
+from attnbench.errors import AttnbenchError, UsageError
+from attnbench.results.rule_cells import FEATURES, read_cells
+from attnbench.results.rule_fit import check_depth, check_tree, cross_validated, fit_tree, predict
 from attnbench.results.rule_plot import plot_rule
-from attnbench.results.rule_report import dumps, regret_lines, rule_json, rule_py, scopes, summary_md
+from attnbench.results.rule_report import dumps, regret_lines, rule_json, rule_py, scopes, summary_md, table_md
 from attnbench.runs.rundir import RunDir
 
 MAX_FOLDS = 100
@@ -76,3 +77,38 @@ def run_rule_fit(args: RuleFitArgs, console: Console) -> Path:
                       + ", ".join(f"{l.name} {l.regret_pct:.2f} %" for l in lines[2:5]))
     console.print(f"rule: {run.path}/rule.json, rule.py, summary.md, rule_regret.png")
     return run.path
+
+
+def read_rule(rule_dir: Path) -> dict:
+    """rule.json of a `rule fit` directory, its tree checked node by node."""
+    import json
+
+    path = Path(rule_dir) / "rule.json"
+    if not path.is_file():
+        raise UsageError(f"RULE_DIR: {rule_dir} holds no rule.json (attnbench rule fit writes one)")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise UsageError(f"RULE_DIR: {path} is not readable JSON ({exc})") from None
+    if not isinstance(record, dict) or record.get("format") != "attnbench-rule":
+        raise UsageError(f"RULE_DIR: {path} is not an attnbench rule (format attnbench-rule)")
+    try:
+        check_tree(record.get("tree"), set(FEATURES))
+    except RecursionError:
+        raise UsageError(f"RULE_DIR: {path}: the tree is nested too deep for a rule") from None
+    except AttnbenchError as exc:
+        raise UsageError(f"RULE_DIR: {path}: {exc}") from None
+    return record
+
+
+def run_rule_apply(rule_dir: Path, runs: list[Path], mode: str | None, console: Console) -> None:
+    """An existing rule's regret on other runs, beside the static choices: printed, nothing written."""
+    record = read_rule(rule_dir)
+    cells = read_cells(runs, mode)
+    picks = {"rule": predict(record["tree"], cells.features)}
+    for scope, index in scopes(cells).items():
+        console.print(f"## Regret: {scope}\n")
+        console.print(table_md(regret_lines(cells, index, picks)), markup=False)
+    if sorted(cells.gpus) != sorted(record.get("gpu") or []):
+        console.print(f"note: the rule was fitted on {', '.join(record.get('gpu') or ['an unrecorded GPU'])}, "
+                      f"these rows ran on {', '.join(cells.gpus)}")
