@@ -28,9 +28,9 @@ def cell_lengths(index: int, prefill: int) -> dict:
 
 
 def write_run(path: Path, prefills=PREFILLS, times=synthetic_times, verdict: str = "pass",
-              choices: tuple[str, ...] | None = None) -> Path:
+              choices: tuple[str, ...] | None = None, **columns) -> Path:
     """A replay run directory (results.csv, buckets.csv, env.json) of one bucket per prefill size,
-    bucket i standing for i + 1 steps."""
+    bucket i standing for i + 1 steps; `columns` override the template's (mode="eager")."""
     template = pd.read_csv(EXAMPLE / "results.csv", dtype=str, keep_default_na=False).iloc[0]
     rows, steps = [], []
     for i, prefill in enumerate(prefills):
@@ -46,7 +46,7 @@ def write_run(path: Path, prefills=PREFILLS, times=synthetic_times, verdict: str
                          "num_seqs": len(kv), "num_decode_seqs": decode, "decode_seqs": decode,
                          "max_kv_len": max(kv), "total_kv_tokens": sum(kv), "context": max(kv), "seed": i,
                          "backend": backend, "strategy": strategy, "median_ms": ms, "p10_ms": ms, "p90_ms": ms,
-                         "verdict": verdict, "lengths_rule": f"synthetic bucket {i}"})
+                         "verdict": verdict, "lengths_rule": f"synthetic bucket {i}", **columns})
         steps += [(len(steps) + j, "mixed", decode, decode + prefill, sum(kv), i) for j in range(i + 1)]
     path.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(path / "results.csv", index=False)

@@ -62,6 +62,9 @@ def test_runs_without_what_a_rule_needs(tmp_path):
     for name, (run, named) in cases.items():
         flags = ["--mode", "eager"] if name == "another mode" else []
         check(tmp_path, name, [run, "--out", tmp_path / "o", *flags], named)
+    eager, other_gpu = write_run(tmp_path / "eager", mode="eager"), write_run(tmp_path / "gpu", gpu="NVIDIA H100")
+    check(tmp_path, "two modes", [tmp_path / "m", eager, "--out", tmp_path / "o"], ["different modes", "--mode"])
+    check(tmp_path, "two GPUs", [tmp_path / "m", other_gpu, "--out", tmp_path / "o"], ["different GPUs"])
     assert not (tmp_path / "o").exists()
 
 

@@ -89,6 +89,7 @@ def run_cells(path: Path, mode: str | None, number: int) -> tuple[pd.DataFrame, 
     long = chosen.assign(cell=f"{number}:" + cell, choice=chosen["backend"] + " " + chosen["strategy"])
     weights = _replay_weights(path, long) if replay else pd.Series(1.0, index=long["cell"].unique())
     info = {"path": str(path), "kind": "replay" if replay else "kernel sweep", "mode": str(long["mode"].iloc[0]),
+            "gpu": "cpu" if (long["device"].astype(str) == "cpu").all() else ", ".join(sorted(long["gpu"].astype(str).unique())),
             "trace": _trace_of(path) if replay else None}
     return long.assign(weight=long["cell"].map(weights)), info
 
@@ -126,6 +127,11 @@ def read_cells(paths: list[Path], mode: str | None) -> Cells:
         long, info = run_cells(Path(path), mode, number)
         parts.append(long)
         runs.append({**info, "cells": int(long["cell"].nunique())})
+    for what, values in (("modes", [r["mode"] for r in runs]), ("GPUs", [r["gpu"] for r in runs])):
+        if len(set(values)) > 1:
+            listed = ", ".join(f"{v} in {r['path']}" for v, r in zip(values, runs))
+            raise AttnbenchError(f"RUN: the runs hold rows of different {what} ({listed}); a rule holds for one: "
+                                 + ("give --mode" if what == "modes" else "fit one rule per GPU"))
     long = pd.concat(parts, ignore_index=True)
     times = long.pivot_table(index="cell", columns="choice", values="median_ms", aggfunc="median")
     first = long.drop_duplicates("cell").set_index("cell").reindex(times.index)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from attnbench.results.figures import CPU_MARK, is_cpu
 from attnbench.results.rule_cells import FEATURES, Cells
 from attnbench.results.rule_fit import WEIGHTINGS, regret, static_choices, tree_words, vllm_default
 
@@ -112,7 +113,9 @@ def _code(node: dict, depth: int) -> str:
 
 
 def summary_md(tree: dict, cells: Cells, fit: dict, tables: dict[str, list[Line]]) -> str:
-    text = (f"# Dispatch rule\n\nFitted on {len(cells.times)} cell(s) ({fit['mode']} mode) of "
+    cpu = f"**{CPU_MARK}**: the reference backend's CPU timings show the pipeline works and say nothing " \
+          "about a GPU.\n\n" if is_cpu(cells.about) else ""
+    text = (f"# Dispatch rule\n\n{cpu}Fitted on {len(cells.times)} cell(s) ({fit['mode']} mode) of "
             f"{', '.join(r['path'] + ' (' + r['kind'] + ')' for r in cells.runs)}; GPU {', '.join(cells.gpus)}; "
             f"{', '.join(f'{b} {v}' for b, v in cells.libraries.items())}.\n\n"
             f"A decision tree of depth at most {fit['max_depth']} (kept weighting: {WEIGHTINGS[fit['weighting']]}), "

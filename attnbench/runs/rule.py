@@ -9,6 +9,7 @@ the directory is touched. The fit and the report are results/rule_*.py.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,8 +74,8 @@ def run_rule_fit(args: RuleFitArgs, console: Console) -> Path:
         run.record(plot_rule(cells, tables, run.path / "rule_regret.png"))
     for scope, lines in tables.items():
         rule = next(l for l in lines if l.name == "rule, cross-validated")
-        console.print(f"{scope}: rule {rule.regret_pct:.2f} % over the oracle (cross-validated); "
-                      + ", ".join(f"{l.name} {l.regret_pct:.2f} %" for l in lines[2:5]))
+        console.print(f"{scope}: rule {rule.regret_pct:.2f} % over the oracle (cross-validated); " + ", ".join(
+            f"{l.name} " + ("lacks a cell" if math.isnan(l.regret_pct) else f"{l.regret_pct:.2f} %") for l in lines[2:5]))
     console.print(f"rule: {run.path}/rule.json, rule.py, summary.md, rule_regret.png")
     return run.path
 
