@@ -74,6 +74,9 @@ def run_cells(path: Path, mode: str | None, number: int) -> tuple[pd.DataFrame, 
     rows = load_run(path, "RUN").rows
     if "kind" not in rows.columns:
         raise AttnbenchError(f"RUN: {path} holds an e2e run; a rule is fitted on replay or kernel sweep rows")
+    lacking = [c for c in ("median_ms", *BATCH_COLUMNS) if c not in rows.columns]
+    if lacking:
+        raise AttnbenchError(f"RUN: {path}'s results.csv lacks {', '.join(lacking)} (written by an older attnbench?)")
     replay = "part" in rows.columns
     if replay:
         rows = rows[rows["part"] == "bucket"]
@@ -84,7 +87,8 @@ def run_cells(path: Path, mode: str | None, number: int) -> tuple[pd.DataFrame, 
     if chosen["mode"].nunique() > 1:
         raise AttnbenchError(f"RUN: {path} holds rows of modes {', '.join(sorted(chosen['mode'].unique()))}; "
                              "give --mode to fit on one")
-    key = ["bucket"] if replay else [c for c in POINT_COLUMNS if c in chosen.columns]
+    key = (["bucket"] if replay else [c for c in POINT_COLUMNS if c in chosen.columns]) \
+        + [c for c in ("l2",) if c in chosen.columns]  # a cold and a warm L2 are two cells
     cell = chosen[key].astype(str).agg("|".join, axis=1)
     long = chosen.assign(cell=f"{number}:" + cell, choice=chosen["backend"] + " " + chosen["strategy"])
     weights = _replay_weights(path, long) if replay else pd.Series(1.0, index=long["cell"].unique())
