@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 
+import pandas as pd
 import pytest
 from bad_results import counted, refused
 from rule_fixtures import write_run
@@ -55,7 +56,12 @@ def test_runs_without_what_a_rule_needs(tmp_path):
     (no_buckets / "buckets.csv").unlink()
     short = write_run(tmp_path / "short")
     (short / "buckets.csv").write_text("step,kind,decode_rows,query_tokens,kv_tokens,bucket\n0,mixed,4,12,600,0\n")
-    cases = {"no timings": (failed, ["no passing timed rows"]), "one choice": (single, ["one choice"]),
+    older = write_run(tmp_path / "older")
+    pd.read_csv(older / "results.csv").drop(columns=["num_decode_seqs"]).to_csv(older / "results.csv", index=False)
+    garbled = write_run(tmp_path / "garbled")
+    (garbled / "buckets.csv").write_text("step,bucket\n0,x\n")
+    cases = {"no timings": (failed, ["no passing timed rows"]), "older columns": (older, ["num_decode_seqs"]),
+             "garbled buckets.csv": (garbled, ["buckets.csv"]), "one choice": (single, ["one choice"]),
              "one cell": (one_cell, ["at least 2"]), "no buckets.csv": (no_buckets, ["buckets.csv"]),
              "a bucket without steps": (short, ["buckets.csv", "bucket 1"]),
              "another mode": (write_run(tmp_path / "m"), ["mode eager"])}

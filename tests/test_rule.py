@@ -13,6 +13,7 @@ import sys
 import pandas as pd
 import pytest
 
+from attnbench.results.rule_cells import read_cells
 from attnbench.results.rule_fit import predict, regret
 from bad_input_cli import invoke
 from rule_fixtures import CROSSOVER, EXAMPLE, PREFILLS, cell_lengths, synthetic_times, write_run
@@ -57,17 +58,41 @@ def test_the_tree_finds_the_crossover_and_loses_nothing(tmp_path):
     assert regrets["rule, cross-validated [per cell]"] < regrets["best single choice [vllm-fa3 split]"]
 
 
+def run_alone(rule_py, cells: list[dict], cwd) -> list[str]:
+    """choose() of rule.py on each cell's lengths, in `python -I` that never imports attnbench."""
+    script = ("import json, runpy, sys\nchoose = runpy.run_path(sys.argv[1])['choose']\n"
+              "print(json.dumps([list(choose(c['decode_kv_lens'], c['prefill_query_lens'], c['prefill_kv_lens'], "
+              "c.get('num_heads', 32), c.get('num_kv_heads', 8), c.get('head_dim', 128))) for c in json.loads(sys.argv[2])]))\n"
+              "assert not any(name.startswith('attnbench') for name in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-I", "-c", script, str(rule_py), json.dumps(cells)],
+                          capture_output=True, text=True, cwd=cwd, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [" ".join(pair) for pair in json.loads(done.stdout)]
+
+
+def lengths_of(row) -> dict:
+    """Lengths with a real cell's sizes: its decode rows, prefill tokens, sequences, total and longest KV."""
+    decode, seqs, total, longest = (int(row[c]) for c in ("decode_rows", "num_seqs", "total_kv_tokens", "max_kv_len"))
+    rest, others = total - longest, seqs - 1
+    kv = [longest] + [rest // others + (i < rest % others) for i in range(others)] if others else [longest]
+    prefill = seqs - decode
+    return {"decode_kv_lens": kv[:decode], "prefill_kv_lens": kv[decode:],
+            "prefill_query_lens": [int(row["prefill_tokens"])] + [0] * (prefill - 1) if prefill else [],
+            "num_heads": int(row["num_heads"]), "num_kv_heads": round(row["num_heads"] / row["gqa_group"]),
+            "head_dim": int(row["head_dim"])}
+
+
+def test_rule_py_agrees_with_the_tree_on_every_h200_cell(tmp_path):
+    rule, out = fitted(tmp_path, "--max-depth", "4", run=EXAMPLE)
+    features = read_cells([EXAMPLE], None).features
+    cells = [lengths_of(row) for row in features.to_dict("records")]
+    assert run_alone(out / "rule.py", cells, tmp_path) == list(predict(rule["tree"], features))
+
+
 def test_rule_py_runs_alone_and_agrees_with_the_tree_on_every_cell(tmp_path):
     rule, out = fitted(tmp_path, "--max-depth", "3")
     cells = [cell_lengths(i, p) for i, p in enumerate(PREFILLS)]
-    script = ("import json, runpy, sys\nchoose = runpy.run_path(sys.argv[1])['choose']\n"
-              "print(json.dumps([list(choose(c['decode_kv_lens'], c['prefill_query_lens'], c['prefill_kv_lens'], "
-              "32, 8, 128)) for c in json.loads(sys.argv[2])]))\n"
-              "assert not any(name.startswith('attnbench') for name in sys.modules)\n")
-    done = subprocess.run([sys.executable, "-I", "-c", script, str(out / "rule.py"), json.dumps(cells)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
-    assert done.returncode == 0, done.stderr
-    exported = [" ".join(pair) for pair in json.loads(done.stdout)]
+    exported = run_alone(out / "rule.py", cells, tmp_path)
     features = pd.DataFrame([{
         "decode_rows": len(c["decode_kv_lens"]), "prefill_tokens": sum(c["prefill_query_lens"]),
         "decode_share": len(c["decode_kv_lens"]) / (len(c["decode_kv_lens"]) + sum(c["prefill_query_lens"])),
