@@ -123,7 +123,7 @@ def fit_tree(features: pd.DataFrame, times: pd.DataFrame, weights: pd.Series, ma
         sample = _sample_weights(times, weights, how)
         if not (sample > 0).any():
             continue
-        model = DecisionTreeClassifier(max_depth=max_depth, random_state=seed)
+        model = DecisionTreeClassifier(max_depth=max_depth, random_state=seed % 2**32)
         model.fit(features.to_numpy(dtype=float), labels.to_numpy(), sample_weight=sample)
         tree = _relabel(_from_sklearn(model, list(features.columns)), features, times, weights)
         found.append((regret(times, weights, predict(tree, features))[2], len(found), tree, how))

@@ -124,7 +124,9 @@ def summary_md(tree: dict, cells: Cells, fit: dict, tables: dict[str, list[Line]
             f"({fit['folds']}-fold, seed {fit['seed']}); \"rule, fitted\" with the tree below, which saw every cell.\n\n"
             "## The rule\n\n```\n" + "\n".join(tree_words(tree)) + "\n```\n")
     for scope, lines in tables.items():
-        text += f"\n## Regret: {scope}\n\n" + table_md(lines)
+        low, high = fit["cross_validated_range_pct"][scope]
+        text += (f"\n## Regret: {scope}\n\n" + table_md(lines) + f"\nOver {fit['draws']} draws of the folds (seeds "
+                 f"{fit['seed']}-{fit['seed'] + fit['draws'] - 1}) the cross-validated regret is {low:.2f}-{high:.2f} %.\n")
     return text
 
 

@@ -17,12 +17,13 @@ from rich.console import Console
 
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.results.rule_cells import FEATURES, read_cells
-from attnbench.results.rule_fit import check_depth, check_tree, cross_validated, fit_tree, predict
+from attnbench.results.rule_fit import check_depth, check_tree, cross_validated, fit_tree, predict, regret
 from attnbench.results.rule_plot import plot_rule
 from attnbench.results.rule_report import dumps, regret_lines, rule_json, rule_py, scopes, summary_md, table_md
 from attnbench.runs.rundir import RunDir
 
 MAX_FOLDS = 100
+DRAWS = 5  # fold draws (seeds seed..seed+4): how much the held-out regret moves with the folds
 
 
 @dataclass
@@ -59,11 +60,14 @@ def run_rule_fit(args: RuleFitArgs, console: Console) -> Path:
         raise UsageError(f"RUN: the runs hold {len(cells.times)} cell; a rule needs at least 2 to be judged")
     features, times, weights = cells.features, cells.times, cells.weights
     tree, weighting = fit_tree(features, times, weights, args.max_depth, args.seed)
-    held_out = cross_validated(features, times, weights, args.max_depth, args.folds, args.seed)
-    picks = {"rule, cross-validated": held_out, "rule, fitted": predict(tree, features)}
+    draws = [cross_validated(features, times, weights, args.max_depth, args.folds, args.seed + i) for i in range(DRAWS)]
+    picks = {"rule, cross-validated": draws[0], "rule, fitted": predict(tree, features)}
     tables = {name: regret_lines(cells, scope, picks) for name, scope in scopes(cells).items()}
+    spread = {name: [round(f(regret(times.loc[scope], weights.loc[scope], d.loc[scope])[2] for d in draws), 3)
+                     for f in (min, max)] for name, scope in scopes(cells).items()}
     fit = {"max_depth": args.max_depth, "weighting": weighting, "folds": min(args.folds, len(times)),
-           "seed": args.seed, "mode": cells.runs[0]["mode"], "cells": len(times),
+           "seed": args.seed, "mode": cells.runs[0]["mode"], "cells": len(times), "draws": DRAWS,
+           "cross_validated_range_pct": spread,
            "method": "scikit-learn DecisionTreeClassifier on the oracle label, cost-weighted; leaves relabelled by "
                      "the lowest summed time of their cells"}
     run = RunDir.prepare(Path(args.out), force=args.force)
@@ -74,7 +78,8 @@ def run_rule_fit(args: RuleFitArgs, console: Console) -> Path:
         run.record(plot_rule(cells, tables, run.path / "rule_regret.png"))
     for scope, lines in tables.items():
         rule = next(l for l in lines if l.name == "rule, cross-validated")
-        console.print(f"{scope}: rule {rule.regret_pct:.2f} % over the oracle (cross-validated); " + ", ".join(
+        console.print(f"{scope}: rule {rule.regret_pct:.2f} % over the oracle (cross-validated; {spread[scope][0]:.2f}-"
+                      f"{spread[scope][1]:.2f} % over {DRAWS} fold draws); " + ", ".join(
             f"{l.name} " + ("lacks a cell" if math.isnan(l.regret_pct) else f"{l.regret_pct:.2f} %") for l in lines[2:5]))
     console.print(f"rule: {run.path}/rule.json, rule.py, summary.md, rule_regret.png")
     return run.path
