@@ -1,0 +1,154 @@
+"""Measured runs as cells: one batch in one mode, the time of every choice that passed on it.
+
+Why: a dispatch rule is fitted on what was measured, and both replay runs (a bucket of a trace's
+steps is one batch) and kernel sweeps (a sweep point is one batch) already hold a timing of every
+backend x strategy per batch. A cell is that batch; its choices are the backend x strategy rows
+that passed their check (a failed, skipped or erroring row is not a choice for that cell), each
+at its median time. Its features are what the rows carry about the batch and what a serving
+engine knows before a step runs (FEATURES; `feature_values` computes them from the step's
+lengths, the same way, so the exported function and the fit agree). A replay cell weighs the
+steps it stands for (its bucket's count in buckets.csv), a sweep cell weighs 1.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from attnbench.errors import AttnbenchError
+from attnbench.kernels.workload import SweepPoint
+from attnbench.results.read import load_run
+
+# name -> meaning; decode rows count one query token each (a speculative row's drafts are not told
+# apart: the rows carry the batch's totals, not each row's query length)
+FEATURES = {
+    "decode_rows": "decode rows (sequences sent to the decode kernel by split)",
+    "prefill_tokens": "query tokens of the other rows (prefill chunks)",
+    "decode_share": "decode rows over all query tokens",
+    "num_seqs": "sequences in the step",
+    "total_kv_tokens": "KV tokens of every sequence, summed",
+    "max_kv_len": "the longest sequence's KV length",
+    "mean_kv_len": "total KV tokens over sequences",
+    "num_heads": "query heads",
+    "gqa_group": "query heads per KV head",
+    "head_dim": "head dim",
+}
+ABOUT = ("device", "gpu", "backend", "library", "library_version", "mode", "dtype")
+POINT_COLUMNS = [name for name in SweepPoint.__dataclass_fields__]
+BATCH_COLUMNS = ["batch_tokens", "num_decode_seqs", "num_seqs", "max_kv_len", "total_kv_tokens",
+                 "num_heads", "num_kv_heads", "head_dim"]
+
+
+def feature_values(decode_rows: int, query_tokens: int, num_seqs: int, total_kv: int, max_kv: int,
+                   num_heads: int, num_kv_heads: int, head_dim: int) -> dict[str, float]:
+    """FEATURES of one batch from its sizes (rule.py computes the same from the step's lengths)."""
+    return {"decode_rows": decode_rows, "prefill_tokens": query_tokens - decode_rows,
+            "decode_share": decode_rows / query_tokens if query_tokens else 0.0, "num_seqs": num_seqs,
+            "total_kv_tokens": total_kv, "max_kv_len": max_kv, "mean_kv_len": total_kv / num_seqs if num_seqs else 0.0,
+            "num_heads": num_heads, "gqa_group": num_heads / num_kv_heads if num_kv_heads else 0.0,
+            "head_dim": head_dim}
+
+
+@dataclass
+class Cells:
+    """Cell x feature, cell x choice (ms; NaN where the choice did not pass), each cell's weight,
+    the run each cell came from, and what the runs say about themselves (GPU, libraries, paths)."""
+
+    features: pd.DataFrame
+    times: pd.DataFrame
+    weights: pd.Series
+    run_of: pd.Series
+    runs: list[dict]
+    gpus: list[str]
+    libraries: dict[str, str]
+    about: pd.DataFrame  # the distinct device, GPU, library and mode columns of the rows (for titles)
+
+
+def run_cells(path: Path, mode: str | None, number: int) -> tuple[pd.DataFrame, dict]:
+    """One run's passing rows of `mode` as long form (cell, choice, median_ms, sizes, weight)."""
+    if not os.path.isdir(path):
+        raise AttnbenchError(f"RUN: {path} is not a run directory (replay or kernel sweep)")
+    rows = load_run(path, "RUN").rows
+    if "kind" not in rows.columns:
+        raise AttnbenchError(f"RUN: {path} holds an e2e run; a rule is fitted on replay or kernel sweep rows")
+    lacking = [c for c in ("median_ms", *BATCH_COLUMNS) if c not in rows.columns]
+    if lacking:
+        raise AttnbenchError(f"RUN: {path}'s results.csv lacks {', '.join(lacking)} (written by an older attnbench?)")
+    replay = "part" in rows.columns
+    if replay:
+        rows = rows[rows["part"] == "bucket"]
+    chosen = rows[(rows["verdict"] == "pass") & (rows["mode"] == mode if mode else True)]
+    chosen = chosen.dropna(subset=["median_ms", *BATCH_COLUMNS])
+    if chosen.empty:
+        raise AttnbenchError(f"RUN: {path} holds no passing timed rows{f' in mode {mode}' if mode else ''}")
+    if chosen["mode"].nunique() > 1:
+        raise AttnbenchError(f"RUN: {path} holds rows of modes {', '.join(sorted(chosen['mode'].unique()))}; "
+                             "give --mode to fit on one")
+    key = (["bucket"] if replay else [c for c in POINT_COLUMNS if c in chosen.columns]) \
+        + [c for c in ("l2",) if c in chosen.columns]  # a cold and a warm L2 are two cells
+    cell = chosen[key].astype(str).agg("|".join, axis=1)
+    long = chosen.assign(cell=f"{number}:" + cell, choice=chosen["backend"] + " " + chosen["strategy"])
+    weights = _replay_weights(path, long) if replay else pd.Series(1.0, index=long["cell"].unique())
+    info = {"path": str(path), "kind": "replay" if replay else "kernel sweep", "mode": str(long["mode"].iloc[0]),
+            "gpu": "cpu" if (long["device"].astype(str) == "cpu").all() else ", ".join(sorted(long["gpu"].astype(str).unique())),
+            "trace": _trace_of(path) if replay else None}
+    return long.assign(weight=long["cell"].map(weights)), info
+
+
+def _replay_weights(path: Path, long: pd.DataFrame) -> pd.Series:
+    """Each bucket cell's step count, from buckets.csv (the trace's steps and their buckets)."""
+    steps_file = path / "buckets.csv"
+    if not steps_file.is_file():
+        raise AttnbenchError(f"RUN: {path} is a replay run without buckets.csv (each step's bucket)")
+    try:
+        steps = pd.read_csv(steps_file)
+        counts = steps.groupby(steps["bucket"].astype(int)).size()
+    except (ValueError, KeyError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise AttnbenchError(f"RUN: {steps_file} is not a buckets.csv ({str(exc).splitlines()[0]})") from None
+    buckets = long.drop_duplicates("cell").set_index("cell")["bucket"].astype(int)
+    lacking = sorted(set(buckets) - set(counts.index))
+    if lacking:
+        raise AttnbenchError(f"RUN: {steps_file} has no step in bucket {lacking[0]} that results.csv timed")
+    return buckets.map(counts).astype(float)
+
+
+def _trace_of(path: Path) -> str | None:
+    import json
+
+    try:
+        return json.loads((path / "env.json").read_text())["replay"]["trace"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def read_cells(paths: list[Path], mode: str | None) -> Cells:
+    """Every run's cells, side by side; the choices are every backend x strategy any cell has."""
+    parts, runs = [], []
+    for number, path in enumerate(paths):
+        long, info = run_cells(Path(path), mode, number)
+        parts.append(long)
+        runs.append({**info, "cells": int(long["cell"].nunique())})
+    for what, values in (("modes", [r["mode"] for r in runs]), ("GPUs", [r["gpu"] for r in runs])):
+        if len(set(values)) > 1:
+            listed = ", ".join(f"{v} in {r['path']}" for v, r in zip(values, runs))
+            raise AttnbenchError(f"RUN: the runs hold rows of different {what} ({listed}); a rule holds for one: "
+                                 + ("give --mode" if what == "modes" else "fit one rule per GPU"))
+    long = pd.concat(parts, ignore_index=True)
+    times = long.pivot_table(index="cell", columns="choice", values="median_ms", aggfunc="median")
+    first = long.drop_duplicates("cell").set_index("cell").reindex(times.index)
+    features = pd.DataFrame([feature_values(*(int(r[c]) for c in ("num_decode_seqs", "batch_tokens", "num_seqs",
+                                                                    "total_kv_tokens", "max_kv_len", "num_heads",
+                                                                    "num_kv_heads", "head_dim")))
+                             for _, r in first.iterrows()], index=times.index)
+    if times.shape[1] < 2:
+        raise AttnbenchError(f"RUN: the runs hold one choice ({times.columns[0]}) that passed: nothing to choose "
+                             "between")
+    libraries = {str(b): str(v) for b, v in long.drop_duplicates("backend")[["backend", "library_version"]]
+                 .itertuples(index=False)}
+    run_of = pd.Series([int(cell.split(":")[0]) for cell in times.index], index=times.index)
+    return Cells(features, times, first["weight"].astype(float), run_of, runs,
+                 sorted(long["gpu"].dropna().astype(str).unique()), libraries,
+                 long[[c for c in ABOUT if c in long.columns]].drop_duplicates())

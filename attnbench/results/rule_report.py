@@ -1,0 +1,134 @@
+"""What a fitted rule is and what it costs, written down: the regret table, rule.json, rule.py, summary.md.
+
+Why these three: rule.json is the tree as data (features, thresholds, the GPU and the library
+versions it holds for, the runs it came from), for tools; rule.py is the same tree as one
+standard-library function a serving engine can paste; summary.md puts the rule beside the static
+choices a serving engine makes today (vLLM's default, FlashInfer's always-split, the best single
+choice) and the per-cell oracle, each with its regret, on all cells and on each replayed trace.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from attnbench.results.figures import CPU_MARK, is_cpu
+from attnbench.results.rule_cells import FEATURES, Cells
+from attnbench.results.rule_fit import WEIGHTINGS, regret, static_choices, tree_words, vllm_default
+
+FLASHINFER_DEFAULT = "flashinfer split"
+
+
+@dataclass(frozen=True)
+class Line:
+    """One row of a regret table: what chose, which choice (or "per cell"), total ms, regret %."""
+
+    name: str
+    choice: str
+    total_ms: float
+    regret_pct: float
+
+
+def regret_lines(cells: Cells, scope: pd.Index, picks: dict[str, pd.Series]) -> list[Line]:
+    """The oracle, each rule's picks (`picks`: name -> choice per cell), the static defaults and
+    every single choice, over the cells of `scope`. A choice lacking a cell has no total (NaN)."""
+    times, weights = cells.times.loc[scope], cells.weights.loc[scope]
+    statics = static_choices(times, weights)
+    oracle = regret(times, weights, times.idxmin(axis=1))[1]
+    pct = lambda total: (total - oracle) / oracle * 100 if oracle and not math.isnan(total) else math.nan  # noqa: E731
+    lines = [Line("per-cell oracle", "per cell", oracle, 0.0)]
+    lines += [Line(name, "per cell", *regret(times, weights, p.loc[scope])[::2]) for name, p in picks.items()]
+    named = {"best single choice": str(statics.index[0]) if not math.isnan(statics.iloc[0]) else None,
+             f"vLLM's default ({vllm_default(cells.gpus)})": vllm_default(cells.gpus),
+             f"FlashInfer's default ({FLASHINFER_DEFAULT})": FLASHINFER_DEFAULT}
+    for name, choice in named.items():
+        total = float(statics.get(choice, math.nan)) if choice else math.nan
+        lines.append(Line(name, choice or "none complete", total, pct(total)))
+    lines += [Line("always", str(c), float(t), pct(float(t))) for c, t in statics.items()]
+    return lines
+
+
+def table_md(lines: list[Line]) -> str:
+    text = "| chooser | choice | total ms | regret % |\n|---|---|---:|---:|\n"
+    for line in lines:
+        total = "lacks a cell" if math.isnan(line.total_ms) else f"{line.total_ms:.4f}"
+        pct = "" if math.isnan(line.regret_pct) else f"{line.regret_pct:.2f}"
+        text += f"| {line.name} | {line.choice} | {total} | {pct} |\n"
+    return text
+
+
+def scopes(cells: Cells) -> dict[str, pd.Index]:
+    """All cells, then each replay run's cells (its trace: each bucket weighs its steps)."""
+    traces = {f"trace of {run['trace'] or run['path']}": cells.run_of.index[cells.run_of == number]
+              for number, run in enumerate(cells.runs) if run["kind"] == "replay"}
+    if len(cells.runs) == 1 and traces:  # one replay: its trace is all the cells
+        return traces
+    return {"all cells": cells.times.index, **traces}
+
+
+def rule_json(tree: dict, cells: Cells, fit: dict, tables: dict[str, list[Line]]) -> dict:
+    return {"format": "attnbench-rule", "version": 1, "choose": "backend strategy", "tree": tree,
+            "features": FEATURES, "choices": list(cells.times.columns), "gpu": cells.gpus,
+            "library_versions": cells.libraries, "runs": cells.runs, "fit": fit,
+            "regret_pct": {scope: {f"{l.name} [{l.choice}]": None if math.isnan(l.regret_pct) else round(l.regret_pct, 3)
+                                   for l in lines} for scope, lines in tables.items()}}
+
+
+def rule_py(tree: dict, cells: Cells, fit: dict) -> str:
+    """rule.py: `choose(...)` with the tree as nested ifs; the standard library only."""
+    body = _code(tree, 1)
+    return f'''"""A dispatch rule fitted by `attnbench rule fit` (max depth {fit["max_depth"]}, {fit["mode"]} mode).
+
+Holds for GPU {", ".join(cells.gpus) or "unknown"} with {", ".join(f"{b} {v}" for b, v in cells.libraries.items())}.
+Standard library only: paste `choose` into a serving engine. Decode rows count one query token each.
+"""
+
+
+def choose(decode_kv_lens, prefill_query_lens, prefill_kv_lens, num_heads, num_kv_heads, head_dim):
+    """(backend, strategy) for one step: its decode rows' KV lengths, its prefill chunks' query and
+    KV lengths, and the attention shape."""
+    decode_rows = len(decode_kv_lens)
+    prefill_tokens = sum(prefill_query_lens)
+    query_tokens = decode_rows + prefill_tokens
+    kv_lens = list(decode_kv_lens) + list(prefill_kv_lens)
+    num_seqs = len(kv_lens)
+    total_kv_tokens = sum(kv_lens)
+    max_kv_len = max(kv_lens, default=0)
+    mean_kv_len = total_kv_tokens / num_seqs if num_seqs else 0.0
+    decode_share = decode_rows / query_tokens if query_tokens else 0.0
+    gqa_group = num_heads / num_kv_heads if num_kv_heads else 0.0
+{body}'''
+
+
+def _code(node: dict, depth: int) -> str:
+    pad = "    " * depth
+    if "choice" in node:
+        backend, strategy = node["choice"].split(" ", 1)
+        return f"{pad}return ({backend!r}, {strategy!r})\n"
+    return (f"{pad}if {node['feature']} <= {node['threshold']!r}:\n{_code(node['le'], depth + 1)}"
+            f"{pad}else:\n{_code(node['gt'], depth + 1)}")
+
+
+def summary_md(tree: dict, cells: Cells, fit: dict, tables: dict[str, list[Line]]) -> str:
+    cpu = f"**{CPU_MARK}**: the reference backend's CPU timings show the pipeline works and say nothing " \
+          "about a GPU.\n\n" if is_cpu(cells.about) else ""
+    text = (f"# Dispatch rule\n\n{cpu}Fitted on {len(cells.times)} cell(s) ({fit['mode']} mode) of "
+            f"{', '.join(r['path'] + ' (' + r['kind'] + ')' for r in cells.runs)}; GPU {', '.join(cells.gpus)}; "
+            f"{', '.join(f'{b} {v}' for b, v in cells.libraries.items())}.\n\n"
+            f"A decision tree of depth at most {fit['max_depth']} (kept weighting: {WEIGHTINGS[fit['weighting']]}), "
+            f"each leaf answering the choice with the lowest time over its cells. Regret: time over the per-cell "
+            f"oracle's, in percent. \"rule, cross-validated\" chooses each cell with a tree fitted without it "
+            f"({fit['folds']}-fold, seed {fit['seed']}); \"rule, fitted\" with the tree below, which saw every cell.\n\n"
+            "## The rule\n\n```\n" + "\n".join(tree_words(tree)) + "\n```\n")
+    for scope, lines in tables.items():
+        low, high = fit["cross_validated_range_pct"][scope]
+        text += (f"\n## Regret: {scope}\n\n" + table_md(lines) + f"\nOver {fit['draws']} draws of the folds (seeds "
+                 f"{fit['seed']}-{fit['seed'] + fit['draws'] - 1}) the cross-validated regret is {low:.2f}-{high:.2f} %.\n")
+    return text
+
+
+def dumps(record: dict) -> str:
+    return json.dumps(record, indent=1) + "\n"

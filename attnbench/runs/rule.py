@@ -1,0 +1,120 @@
+"""`attnbench rule fit RUN... --out DIR` as a job: read the cells, fit, judge, write the rule's files;
+`attnbench rule apply RULE_DIR RUN...`: an existing rule's regret on other rows.
+
+Why a job of its own: fitting writes a directory like any run (claimed, locked, every file it
+writes recorded, so --force removes only those), and everything that can be refused -- a bad
+flag, a run that is not one, runs without two choices, scikit-learn missing -- is refused before
+the directory is touched. The fit and the report are results/rule_*.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from attnbench.errors import AttnbenchError, UsageError
+from attnbench.results.rule_cells import FEATURES, read_cells
+from attnbench.results.rule_fit import check_depth, check_tree, cross_validated, fit_tree, predict, regret
+from attnbench.results.rule_plot import plot_rule
+from attnbench.results.rule_report import dumps, regret_lines, rule_json, rule_py, scopes, summary_md, table_md
+from attnbench.runs.rundir import RunDir
+
+MAX_FOLDS = 100
+DRAWS = 5  # fold draws (seeds seed..seed+4): how much the held-out regret moves with the folds
+
+
+@dataclass
+class RuleFitArgs:
+    """The rule fit command's flags, one field per flag under the flag's name."""
+
+    runs: list[Path]
+    out: Path
+    max_depth: int = 3
+    folds: int = 5
+    seed: int = 0
+    mode: str | None = None
+    force: bool = False
+
+
+def check_args(args: RuleFitArgs) -> None:
+    check_depth(args.max_depth)
+    if isinstance(args.folds, bool) or not isinstance(args.folds, int) or not 2 <= args.folds <= MAX_FOLDS:
+        raise UsageError(f"--folds: must be a whole number from 2 to {MAX_FOLDS}, got {args.folds}")
+    if Path(args.out).is_symlink():
+        raise UsageError(f"--out: {args.out} is a symlink; give the directory itself")
+    try:
+        import sklearn  # noqa: F401
+    except ImportError:
+        raise UsageError("rule fit needs scikit-learn: pip install 'attnbench[rule]' (or pip install scikit-learn)") \
+            from None
+
+
+def run_rule_fit(args: RuleFitArgs, console: Console) -> Path:
+    """Cells, the tree on all of them, each cell chosen by a tree that did not see it, the tables."""
+    check_args(args)
+    cells = read_cells(args.runs, args.mode)
+    if len(cells.times) < 2:
+        raise UsageError(f"RUN: the runs hold {len(cells.times)} cell; a rule needs at least 2 to be judged")
+    features, times, weights = cells.features, cells.times, cells.weights
+    tree, weighting = fit_tree(features, times, weights, args.max_depth, args.seed)
+    draws = [cross_validated(features, times, weights, args.max_depth, args.folds, args.seed + i) for i in range(DRAWS)]
+    picks = {"rule, cross-validated": draws[0], "rule, fitted": predict(tree, features)}
+    tables = {name: regret_lines(cells, scope, picks) for name, scope in scopes(cells).items()}
+    spread = {name: [round(f(regret(times.loc[scope], weights.loc[scope], d.loc[scope])[2] for d in draws), 3)
+                     for f in (min, max)] for name, scope in scopes(cells).items()}
+    fit = {"max_depth": args.max_depth, "weighting": weighting, "folds": min(args.folds, len(times)),
+           "seed": args.seed, "mode": cells.runs[0]["mode"], "cells": len(times), "draws": DRAWS,
+           "cross_validated_range_pct": spread,
+           "method": "scikit-learn DecisionTreeClassifier on the oracle label, cost-weighted; leaves relabelled by "
+                     "the lowest summed time of their cells"}
+    run = RunDir.prepare(Path(args.out), force=args.force)
+    with run.locked():
+        run.write_text("rule.json", dumps(rule_json(tree, cells, fit, tables)))
+        run.write_text("rule.py", rule_py(tree, cells, fit))
+        run.write_text("summary.md", summary_md(tree, cells, fit, tables))
+        run.record(plot_rule(cells, tables, run.path / "rule_regret.png"))
+    for scope, lines in tables.items():
+        rule = next(l for l in lines if l.name == "rule, cross-validated")
+        console.print(f"{scope}: rule {rule.regret_pct:.2f} % over the oracle (cross-validated; {spread[scope][0]:.2f}-"
+                      f"{spread[scope][1]:.2f} % over {DRAWS} fold draws); " + ", ".join(
+            f"{l.name} " + ("lacks a cell" if math.isnan(l.regret_pct) else f"{l.regret_pct:.2f} %") for l in lines[2:5]))
+    console.print(f"rule: {run.path}/rule.json, rule.py, summary.md, rule_regret.png")
+    return run.path
+
+
+def read_rule(rule_dir: Path) -> dict:
+    """rule.json of a `rule fit` directory, its tree checked node by node."""
+    import json
+
+    path = Path(rule_dir) / "rule.json"
+    if not path.is_file():
+        raise UsageError(f"RULE_DIR: {rule_dir} holds no rule.json (attnbench rule fit writes one)")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise UsageError(f"RULE_DIR: {path} is not readable JSON ({exc})") from None
+    if not isinstance(record, dict) or record.get("format") != "attnbench-rule":
+        raise UsageError(f"RULE_DIR: {path} is not an attnbench rule (format attnbench-rule)")
+    try:
+        check_tree(record.get("tree"), set(FEATURES))
+    except RecursionError:
+        raise UsageError(f"RULE_DIR: {path}: the tree is nested too deep for a rule") from None
+    except AttnbenchError as exc:
+        raise UsageError(f"RULE_DIR: {path}: {exc}") from None
+    return record
+
+
+def run_rule_apply(rule_dir: Path, runs: list[Path], mode: str | None, console: Console) -> None:
+    """An existing rule's regret on other runs, beside the static choices: printed, nothing written."""
+    record = read_rule(rule_dir)
+    cells = read_cells(runs, mode)
+    picks = {"rule": predict(record["tree"], cells.features)}
+    for scope, index in scopes(cells).items():
+        console.print(f"## Regret: {scope}\n")
+        console.print(table_md(regret_lines(cells, index, picks)), markup=False)
+    if sorted(cells.gpus) != sorted(record.get("gpu") or []):
+        console.print(f"note: the rule was fitted on {', '.join(record.get('gpu') or ['an unrecorded GPU'])}, "
+                      f"these rows ran on {', '.join(cells.gpus)}")

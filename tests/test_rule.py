@@ -1,0 +1,139 @@
+"""`attnbench rule fit`: the tree finds a known crossover, its regret and the static choices' are
+what a hand computation says, and the exported rule.py (run alone, standard library only) agrees
+with the fitted tree on every cell. CPU only: the fit reads saved rows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from attnbench.results.rule_cells import read_cells
+from attnbench.results.rule_fit import predict, regret
+from bad_input_cli import invoke
+from rule_fixtures import CROSSOVER, EXAMPLE, PREFILLS, cell_lengths, synthetic_times, write_run
+
+pytest.importorskip("sklearn", reason="rule fit needs scikit-learn (the `rule` extra)")
+
+
+def fitted(tmp_path, *flags, run=None):
+    run = run or write_run(tmp_path / "run")
+    result = invoke("rule", "fit", run, "--out", tmp_path / "rule", *flags)
+    assert result.exit_code == 0, result.output
+    return json.loads((tmp_path / "rule" / "rule.json").read_text()), tmp_path / "rule"
+
+
+def hand_totals() -> dict[str, float]:
+    """Each static choice's and the oracle's total, bucket i weighing i + 1 steps, written plainly."""
+    totals = {"oracle": 0.0}
+    for i, prefill in enumerate(PREFILLS):
+        times = synthetic_times(prefill)
+        for choice, ms in times.items():
+            totals[choice] = totals.get(choice, 0.0) + (i + 1) * ms
+        totals["oracle"] += (i + 1) * min(times.values())
+    return totals
+
+
+def test_the_tree_finds_the_crossover_and_loses_nothing(tmp_path):
+    rule, _ = fitted(tmp_path, "--max-depth", "1")
+    tree = rule["tree"]
+    below = max(p for p in PREFILLS if p < CROSSOVER)
+    above = min(p for p in PREFILLS if p > CROSSOVER)
+    assert tree["feature"] == "prefill_tokens" and below <= tree["threshold"] < above
+    assert (tree["le"]["choice"], tree["gt"]["choice"]) == ("vllm-fa3 unified", "vllm-fa3 split")
+    regrets = rule["regret_pct"]["trace of synthetic"]
+    assert regrets["rule, fitted [per cell]"] == 0.0
+    hand = hand_totals()
+    for choice in ("vllm-fa3 unified", "vllm-fa3 split", "flashinfer split"):
+        expected = (hand[choice] - hand["oracle"]) / hand["oracle"] * 100
+        assert regrets[f"always [{choice}]"] == pytest.approx(expected, abs=1e-3)
+    assert regrets["best single choice [vllm-fa3 split]"] == pytest.approx(
+        (hand["vllm-fa3 split"] - hand["oracle"]) / hand["oracle"] * 100, abs=1e-3)
+    assert regrets["vLLM's default (vllm-fa3 unified) [vllm-fa3 unified]"] == regrets["always [vllm-fa3 unified]"]
+    assert regrets["rule, cross-validated [per cell]"] < regrets["best single choice [vllm-fa3 split]"]
+
+
+def run_alone(rule_py, cells: list[dict], cwd) -> list[str]:
+    """choose() of rule.py on each cell's lengths, in `python -I` that never imports attnbench."""
+    script = ("import json, runpy, sys\nchoose = runpy.run_path(sys.argv[1])['choose']\n"
+              "print(json.dumps([list(choose(c['decode_kv_lens'], c['prefill_query_lens'], c['prefill_kv_lens'], "
+              "c.get('num_heads', 32), c.get('num_kv_heads', 8), c.get('head_dim', 128))) for c in json.loads(sys.argv[2])]))\n"
+              "assert not any(name.startswith('attnbench') for name in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-I", "-c", script, str(rule_py), json.dumps(cells)],
+                          capture_output=True, text=True, cwd=cwd, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [" ".join(pair) for pair in json.loads(done.stdout)]
+
+
+def lengths_of(row) -> dict:
+    """Lengths with a real cell's sizes: its decode rows, prefill tokens, sequences, total and longest KV."""
+    decode, seqs, total, longest = (int(row[c]) for c in ("decode_rows", "num_seqs", "total_kv_tokens", "max_kv_len"))
+    rest, others = total - longest, seqs - 1
+    kv = [longest] + [rest // others + (i < rest % others) for i in range(others)] if others else [longest]
+    prefill = seqs - decode
+    return {"decode_kv_lens": kv[:decode], "prefill_kv_lens": kv[decode:],
+            "prefill_query_lens": [int(row["prefill_tokens"])] + [0] * (prefill - 1) if prefill else [],
+            "num_heads": int(row["num_heads"]), "num_kv_heads": round(row["num_heads"] / row["gqa_group"]),
+            "head_dim": int(row["head_dim"])}
+
+
+def test_rule_py_agrees_with_the_tree_on_every_h200_cell(tmp_path):
+    rule, out = fitted(tmp_path, "--max-depth", "4", run=EXAMPLE)
+    features = read_cells([EXAMPLE], None).features
+    cells = [lengths_of(row) for row in features.to_dict("records")]
+    assert run_alone(out / "rule.py", cells, tmp_path) == list(predict(rule["tree"], features))
+
+
+def test_rule_py_runs_alone_and_agrees_with_the_tree_on_every_cell(tmp_path):
+    rule, out = fitted(tmp_path, "--max-depth", "3")
+    cells = [cell_lengths(i, p) for i, p in enumerate(PREFILLS)]
+    exported = run_alone(out / "rule.py", cells, tmp_path)
+    features = pd.DataFrame([{
+        "decode_rows": len(c["decode_kv_lens"]), "prefill_tokens": sum(c["prefill_query_lens"]),
+        "decode_share": len(c["decode_kv_lens"]) / (len(c["decode_kv_lens"]) + sum(c["prefill_query_lens"])),
+        "num_seqs": len(c["decode_kv_lens"]) + 1, "total_kv_tokens": sum(c["decode_kv_lens"] + c["prefill_kv_lens"]),
+        "max_kv_len": max(c["decode_kv_lens"] + c["prefill_kv_lens"]),
+        "mean_kv_len": sum(c["decode_kv_lens"] + c["prefill_kv_lens"]) / (len(c["decode_kv_lens"]) + 1),
+        "num_heads": 32, "gqa_group": 4.0, "head_dim": 128} for c in cells])
+    assert exported == list(predict(rule["tree"], features))
+    assert exported == ["vllm-fa3 unified" if p < CROSSOVER else "vllm-fa3 split" for p in PREFILLS]
+
+
+def test_regret_against_a_hand_computation():
+    times = pd.DataFrame({"a": [1.0, 3.0, math.nan], "b": [2.0, 1.0, 4.0], "c": [5.0, 5.0, 5.0]},
+                         index=["x", "y", "z"])
+    weights = pd.Series([2.0, 1.0, 1.0], index=times.index)
+    picks = pd.Series(["a", "a", "a"], index=times.index)  # "a" did not pass on z: it costs z's slowest, 5
+    total, oracle, pct = regret(times, weights, picks)
+    assert (total, oracle) == (2 * 1 + 3 + 5, 2 * 1 + 1 + 4)
+    assert pct == pytest.approx((10 - 7) / 7 * 100)
+
+
+def test_the_h200_example_fits_and_beats_every_static_choice(tmp_path):
+    rule, out = fitted(tmp_path, run=EXAMPLE)
+    regrets = rule["regret_pct"]["trace of scenarios/traces/chat-high.jsonl"]
+    statics = [v for k, v in regrets.items() if k.startswith("always") and v is not None]
+    assert regrets["rule, cross-validated [per cell]"] < min(statics)
+    assert rule["gpu"] == ["NVIDIA H200"] and (out / "rule_regret.png").stat().st_size > 0
+    assert "## The rule" in (out / "summary.md").read_text()
+
+
+def test_apply_judges_a_rule_on_other_rows_even_choices_they_lack(tmp_path):
+    _, out = fitted(tmp_path, run=EXAMPLE)
+    other = write_run(tmp_path / "other", choices=("vllm-fa3 split", "flashinfer split"))
+    result = invoke("rule", "apply", out, other)
+    assert result.exit_code == 0, result.output
+    assert "| rule | per cell |" in result.stdout and "trace of synthetic" in result.stdout
+
+
+def test_force_over_an_earlier_rule_keeps_what_it_did_not_write(tmp_path):
+    _, out = fitted(tmp_path)
+    (out / "notes.txt").write_text("mine")
+    again = invoke("rule", "fit", tmp_path / "run", "--out", out, "--force", "--max-depth", "1")
+    assert again.exit_code == 0, again.output
+    assert (out / "notes.txt").read_text() == "mine" and (out / "rule.py").is_file()
