@@ -19,12 +19,20 @@ def shape_names(df: pd.DataFrame) -> set[str]:
             for h, kv, d in timed[["num_heads", "num_kv_heads", "head_dim"]].drop_duplicates().itertuples(index=False)}
 
 
+REPLAY_PICTURES = {"replay_per_step", "replay_speedup_cdf", "replay_kind_share"}
+
+
 def test_one_run_redraws_a_latency_plot_per_shape(results_dir, tmp_path, cli):
+    """A replay run (its rows carry a bucket) gets replay's own three pictures instead: its buckets
+    are a trace's steps, not a sweep of one shape."""
     result = cli("plot", results_dir, "--out", tmp_path)
     assert result.exit_code == 0, result.output
     drawn = sorted(tmp_path.glob("*.png"))
-    assert {p.stem.removeprefix("latency_") for p in drawn if p.stem.startswith("latency_")} == \
-        shape_names(report.load_results(results_dir))
+    if "bucket" in report.load_results(results_dir).columns:
+        assert {p.stem for p in drawn} == REPLAY_PICTURES
+    else:
+        assert {p.stem.removeprefix("latency_") for p in drawn if p.stem.startswith("latency_")} == \
+            shape_names(report.load_results(results_dir))
     for png in drawn:
         assert png.read_bytes().startswith(PNG_MAGIC)
         assert str(png) in result.output
@@ -232,3 +240,25 @@ def test_a_single_run_is_redrawn_in_place_and_a_symlinked_picture_is_replaced_no
     assert victim.read_text() == "keep"
     assert not (run / "latency_h4kv2_d32.png").is_symlink()
     assert (run / "latency_h4kv2_d32.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_a_replay_run_is_drawn_alone_and_needs_its_buckets(tmp_path, cli):
+    """Beside another run, or without its buckets.csv, a replay run is refused in one line, and
+    nothing is written."""
+    import shutil
+
+    from results_fixtures import EXAMPLES
+
+    replay = next(p for p in EXAMPLES if (p / "buckets.csv").exists())
+    other = next(p for p in EXAMPLES if not (p / "buckets.csv").exists())
+    both = cli("plot", replay, other, "--out", tmp_path / "both")
+    assert both.exit_code == 1 and both.output.startswith("error: plot: ") and "alone" in both.output
+    assert not (tmp_path / "both").exists() or not any((tmp_path / "both").iterdir())
+    bare = tmp_path / "bare"
+    shutil.copytree(replay, bare)
+    (bare / "buckets.csv").unlink()
+    lost = cli("plot", bare, "--out", tmp_path / "out")
+    assert lost.exit_code == 1 and "without buckets.csv" in lost.output and len(lost.output.splitlines()) == 1
+    (bare / "buckets.csv").write_text("step,kind\n0,decode\n")
+    bad = cli("plot", bare, "--out", tmp_path / "out2")
+    assert bad.exit_code == 1 and "is not a buckets.csv: it lacks" in bad.output

@@ -159,17 +159,32 @@ def plot(
         names = ["RESULTS"] if len(results) == 1 else [f"RESULTS {i + 1}" for i in range(len(results))]
         runs = [load_run(path, name) for path, name in zip(results, names)]
         kind = one_kind(runs, "plot")
+        steps = replay_steps(runs)
         target, claim = plot_target(out, results, runs)
         labelled = [(name, run.rows) for name, run in zip(labels, runs)] if len(runs) > 1 else [("", runs[0].rows)]
         try:
             with claim:
-                written = plot_results(labelled, target, kind)
+                written = plot_results(labelled, target, kind, steps)
         except OSError as exc:  # the lock or the record in a directory that cannot be written
             raise UsageError(f"cannot write plots into {target}: {exc.strerror or exc}") from None
     if not written:
         fail(console, "no timed rows to plot (every row was skipped or failed to run)")
     for path in written:
         console.print(escape(str(path)), highlight=False)
+
+
+def replay_steps(runs: list):
+    """A replay run's buckets.csv, which its pictures need (None for other runs); replay runs are
+    drawn one at a time, since each weighs its buckets by its own trace's steps."""
+    from attnbench.results.replay import read_steps
+
+    replays = [run for run in runs if "bucket" in run.rows.columns]
+    if not replays:
+        return None
+    if len(runs) > 1:
+        raise UsageError(f"plot: {replays[0].path} is a replay run; plot draws a replay run alone (its trace "
+                         "weighs the buckets), so give it on its own")
+    return read_steps(replays[0].source.parent)
 
 
 def plot_target(out: Path | None, results: list[Path], runs: list):

@@ -25,6 +25,7 @@ from attnbench.results.compare import row_label
 from attnbench.results.files import COLUMNS, KEY_COLUMNS
 from attnbench.results.tables import markdown_table, ratio_clause, seed_table
 from attnbench.results.plots import plot_runs
+from attnbench.results.replay_plots import plot_replay
 from attnbench.results.read import E2E, KERNEL, MEASURED, ResultKind, Run, canonical
 
 # what seed_table and plot_runs lay out (and, for prefix rows, the prefix ratio); any other key
@@ -54,13 +55,17 @@ def seed_tables(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return [(label, seed_table(rows)) for label, rows in by_setting(df)]
 
 
-def plot_results(runs: list[tuple[str, pd.DataFrame]], out_dir: Path, kind: ResultKind = KERNEL) -> list[Path]:
+def plot_results(runs: list[tuple[str, pd.DataFrame]], out_dir: Path, kind: ResultKind = KERNEL,
+                 steps: pd.DataFrame | None = None) -> list[Path]:
     """plot_runs over several runs, each split by setting so no two settings share a line; e2e runs
-    with plot_e2e, each run's label in a `run` column."""
+    with plot_e2e, each run's label in a `run` column; a replay run (one, with its buckets.csv as
+    `steps`) with replay's own pictures, since its buckets are no sweep of one shape."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise AttnbenchError(f"cannot write plots into {out_dir}: it is a file, not a directory")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
+        if steps is not None:
+            return plot_replay(runs[0][1], steps, out_dir)
         if kind is E2E:
             return plot_e2e(pd.concat([df.assign(run=label) for label, df in runs], ignore_index=True), out_dir)
         split = [(" ".join(p for p in (label, setting) if p), rows)

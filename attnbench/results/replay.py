@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
+from attnbench.errors import AttnbenchError
 from attnbench.results.replicates import parse_times
 from attnbench.traces.buckets import bin_of, bin_range
 
@@ -201,3 +203,21 @@ def summary_record(rows: pd.DataFrame, steps: pd.DataFrame) -> dict:
                              for e in sample_errors(rows, steps, mode)},
         }
     return record
+
+
+def read_steps(run_dir: Path) -> pd.DataFrame:
+    """A replay run's buckets.csv (each step's kind, sizes and bucket); one line naming the file
+    when it is missing or not one."""
+    path = run_dir / "buckets.csv"
+    if not path.is_file():
+        raise AttnbenchError(f"{run_dir} is a replay run without buckets.csv (each step's bucket)")
+    try:
+        steps = pd.read_csv(path)
+    except (ValueError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise AttnbenchError(f"{path} is not a buckets.csv ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in STEP_COLUMNS if c not in steps.columns]
+    if missing or not pd.api.types.is_integer_dtype(steps["bucket"]) or steps.empty:
+        why = f"lacks {', '.join(missing)}" if missing else ("holds no step" if steps.empty else "has a bucket that is not a whole number")
+        raise AttnbenchError(f"{path} is not a buckets.csv: it {why}")
+    return steps
+
