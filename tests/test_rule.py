@@ -137,3 +137,16 @@ def test_force_over_an_earlier_rule_keeps_what_it_did_not_write(tmp_path):
     again = invoke("rule", "fit", tmp_path / "run", "--out", out, "--force", "--max-depth", "1")
     assert again.exit_code == 0, again.output
     assert (out / "notes.txt").read_text() == "mine" and (out / "rule.py").is_file()
+
+
+def test_a_cpu_run_is_said_to_be_a_demo_before_its_regrets(tmp_path):
+    """CPU timings are a pipeline demo: the console says so before any regret, as summary.md does."""
+    run = write_run(tmp_path / "run", device="cpu", gpu="cpu")
+    result = invoke("rule", "fit", run, "--out", tmp_path / "rule")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    demo = next(i for i, line in enumerate(lines) if "pipeline demo" in line)
+    assert demo < next(i for i, line in enumerate(lines) if "over the oracle" in line)
+    assert "pipeline demo" in (tmp_path / "rule" / "summary.md").read_text()
+    gpu = invoke("rule", "fit", write_run(tmp_path / "gpu"), "--out", tmp_path / "rule-gpu")
+    assert gpu.exit_code == 0 and "pipeline demo" not in gpu.output

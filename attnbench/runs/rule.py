@@ -16,6 +16,7 @@ from pathlib import Path
 from rich.console import Console
 
 from attnbench.errors import AttnbenchError, UsageError
+from attnbench.results.figures import CPU_MARK, is_cpu
 from attnbench.results.rule_cells import FEATURES, read_cells
 from attnbench.results.rule_fit import check_depth, check_tree, cross_validated, fit_tree, predict, regret
 from attnbench.results.rule_plot import plot_rule
@@ -76,6 +77,9 @@ def run_rule_fit(args: RuleFitArgs, console: Console) -> Path:
         run.write_text("rule.py", rule_py(tree, cells, fit))
         run.write_text("summary.md", summary_md(tree, cells, fit, tables))
         run.record(plot_rule(cells, tables, run.path / "rule_regret.png"))
+    if is_cpu(cells.about):  # as replay's summary: CPU timings are a pipeline demo, their regrets no finding
+        console.print(f"{CPU_MARK}: the reference backend's CPU timings; the regrets below show the pipeline "
+                      "works and say nothing about a GPU", highlight=False, soft_wrap=True)
     for scope, lines in tables.items():
         rule = next(l for l in lines if l.name == "rule, cross-validated")
         console.print(f"{scope}: rule {rule.regret_pct:.2f} % over the oracle (cross-validated; {spread[scope][0]:.2f}-"
