@@ -21,6 +21,7 @@ import pandas as pd
 from attnbench.errors import AttnbenchError
 from attnbench.kernels.workload import SweepPoint
 from attnbench.results.read import load_run
+from attnbench.results.replay import read_steps
 
 # name -> meaning; decode rows count one query token each (a speculative row's drafts are not told
 # apart: the rows carry the batch's totals, not each row's query length)
@@ -100,14 +101,12 @@ def run_cells(path: Path, mode: str | None, number: int) -> tuple[pd.DataFrame, 
 
 def _replay_weights(path: Path, long: pd.DataFrame) -> pd.Series:
     """Each bucket cell's step count, from buckets.csv (the trace's steps and their buckets)."""
-    steps_file = path / "buckets.csv"
-    if not steps_file.is_file():
-        raise AttnbenchError(f"RUN: {path} is a replay run without buckets.csv (each step's bucket)")
     try:
-        steps = pd.read_csv(steps_file)
-        counts = steps.groupby(steps["bucket"].astype(int)).size()
-    except (ValueError, KeyError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise AttnbenchError(f"RUN: {steps_file} is not a buckets.csv ({str(exc).splitlines()[0]})") from None
+        steps = read_steps(path)
+    except AttnbenchError as exc:
+        raise AttnbenchError(f"RUN: {exc}") from None
+    counts = steps.groupby("bucket").size()
+    steps_file = path / "buckets.csv"
     buckets = long.drop_duplicates("cell").set_index("cell")["bucket"].astype(int)
     lacking = sorted(set(buckets) - set(counts.index))
     if lacking:

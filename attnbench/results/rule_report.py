@@ -112,9 +112,11 @@ def _code(node: dict, depth: int) -> str:
             f"{pad}else:\n{_code(node['gt'], depth + 1)}")
 
 
+CPU_NOTE = "the reference backend's CPU timings show the pipeline works and say nothing about a GPU"
+
+
 def summary_md(tree: dict, cells: Cells, fit: dict, tables: dict[str, list[Line]]) -> str:
-    cpu = f"**{CPU_MARK}**: the reference backend's CPU timings show the pipeline works and say nothing " \
-          "about a GPU.\n\n" if is_cpu(cells.about) else ""
+    cpu = f"**{CPU_MARK}**: {CPU_NOTE}.\n\n" if is_cpu(cells.about) else ""
     text = (f"# Dispatch rule\n\n{cpu}Fitted on {len(cells.times)} cell(s) ({fit['mode']} mode) of "
             f"{', '.join(r['path'] + ' (' + r['kind'] + ')' for r in cells.runs)}; GPU {', '.join(cells.gpus)}; "
             f"{', '.join(f'{b} {v}' for b, v in cells.libraries.items())}.\n\n"

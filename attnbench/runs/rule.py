@@ -20,7 +20,7 @@ from attnbench.results.figures import CPU_MARK, is_cpu
 from attnbench.results.rule_cells import FEATURES, read_cells
 from attnbench.results.rule_fit import check_depth, check_tree, cross_validated, fit_tree, predict, regret
 from attnbench.results.rule_plot import plot_rule
-from attnbench.results.rule_report import dumps, regret_lines, rule_json, rule_py, scopes, summary_md, table_md
+from attnbench.results.rule_report import CPU_NOTE, dumps, regret_lines, rule_json, rule_py, scopes, summary_md, table_md
 from attnbench.runs.rundir import RunDir
 
 MAX_FOLDS = 100
@@ -78,8 +78,7 @@ def run_rule_fit(args: RuleFitArgs, console: Console) -> Path:
         run.write_text("summary.md", summary_md(tree, cells, fit, tables))
         run.record(plot_rule(cells, tables, run.path / "rule_regret.png"))
     if is_cpu(cells.about):  # as replay's summary: CPU timings are a pipeline demo, their regrets no finding
-        console.print(f"{CPU_MARK}: the reference backend's CPU timings; the regrets below show the pipeline "
-                      "works and say nothing about a GPU", highlight=False, soft_wrap=True)
+        console.print(f"{CPU_MARK}: {CPU_NOTE}; so do the regrets below", highlight=False, soft_wrap=True)
     for scope, lines in tables.items():
         rule = next(l for l in lines if l.name == "rule, cross-validated")
         console.print(f"{scope}: rule {rule.regret_pct:.2f} % over the oracle (cross-validated; {spread[scope][0]:.2f}-"
