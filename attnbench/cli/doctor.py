@@ -29,7 +29,7 @@ def doctor(
 ) -> None:
     """Check this machine: its environment, and every available backend against the float32 reference.
 
-    Reports the driver, CUDA, torch, the GPUs, SM clocks (now and max), persistence mode, whether clocks are locked, and each kernel library's version or why it is missing. Then checks every available backend x strategy x mode (eager, and graph where the backend is graph-safe) on a small decode, prefill and mixed batch, and on a GPU runs verify's safe-policy replays of graph-safe backends. Prints one line per backend (ok with what it checked, FAIL with the first failing row, skipped with the reason) and a summary; exit 1 when anything checked is wrong.
+    Reports the driver, CUDA, torch, the GPUs, SM clocks (now and max), persistence mode, whether clocks are locked, and each kernel library's version or why it is missing. Then checks every available backend x strategy x mode (eager, and graph where the backend is graph-safe) on a small decode, prefill and mixed batch, and on a GPU runs verify's safe-policy replays of graph-safe backends and shows that --cold-l2's flush leaves L2 cold (a batch inside L2 timed warm and cold must differ, one 16 times L2 must not). Prints one line per backend (ok with what it checked, FAIL with the first failing row, skipped with the reason) and a summary; exit 1 when anything checked is wrong.
 
     Takes well under a minute on the CPU (the reference and the backends that run there) and a few minutes on a GPU, plus any first-use compile of a kernel library (FA2's PTX on Hopper, FlashInfer's modules).
 
@@ -45,6 +45,7 @@ def doctor(
         run_doctor,
         write_json,
     )
+    from attnbench.runs.l2check import l2_lines
 
     console = make_console()
 
@@ -60,7 +61,7 @@ def doctor(
         for line in environment_lines(env):
             say(line)
         report = run_doctor(dev, env, names, lambda verdict: say(styled(verdict)))
-        for line in filter(None, (clocks_line(env), report.cpu_note())):
+        for line in filter(None, (clocks_line(env), *l2_lines(env.get("l2_check")), report.cpu_note())):
             say(line)
         if json_path is not None:
             write_json(report, json_path)

@@ -68,6 +68,7 @@ class Measurement(Sparse):
     samples: int | None = None
     calls_per_sample: int | None = None
     converged: bool | None = None
+    l2_flush_ms: float | None = None  # cold L2: the median flush before a sample, never inside median_ms
     host_metadata_us: float | None = None
     host_plan_us: float | None = None
     kernel_launches: int | None = None

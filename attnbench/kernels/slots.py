@@ -30,12 +30,14 @@ class Slot:
         if self.final is not None:
             return self.final
         rep = Replicated(self.timings)
+        flushes = [f for t in self.timings for f in t.flush_ms]
         rates = roofline.rates(point, batch, rep.median_ms, gpu_name)
         measured = Measurement(
             **worst_check(self.checks), **rates,
             median_ms=rep.median_ms, p10_ms=rep.quantile(0.10), p90_ms=rep.quantile(0.90),
             samples=len(rep.samples_ms), converged=rep.converged,
             calls_per_sample=round(statistics.median(t.calls_per_sample for t in self.timings)),
+            l2_flush_ms=statistics.median(flushes) if flushes else None,
             # per-replicate cells only when there are several: one replicate's median is median_ms
             replicates=len(self.timings), replicate_medians_ms=_cell(rep.medians_ms, "{:.6g}"),
             replicate_samples=_cell([t.n for t in self.timings], "{}"))

@@ -8,7 +8,8 @@ One function does all of it, as triton.testing.do_bench does, and returns sample
   chosen from a graph replay's device time, so a microsecond kernel gets ~100 calls per sample
   and the graph launch's share of each per-call time stays small and the same run to run.
 - cold L2: one call per sample, a buffer twice the L2 size zeroed before each sample outside the
-  events, so every sample reads its K/V from HBM.
+  events, so every sample reads its K/V from HBM. The flush is timed by its own event pair and
+  kept apart (Timing.flush_ms); runs/l2check.py shows on a GPU that the flush works.
 On the CPU the clock is time.perf_counter and the callable runs eagerly.
 
 Several runners (a point's strategies) are timed in alternating rounds of samples, so drift in
@@ -54,6 +55,7 @@ class Timing:
     samples_ms: list[float] = field(repr=False)
     calls_per_sample: int
     converged: bool
+    flush_ms: list[float] = field(default_factory=list, repr=False)  # cold L2: each sample's flush, outside it
 
     @property
     def n(self) -> int:
@@ -174,7 +176,7 @@ def _sync(device: torch.device) -> None:
 _flush_buffers: dict[int, torch.Tensor] = {}
 
 
-def _l2_flush_buffer(device: torch.device) -> torch.Tensor:
+def l2_flush_buffer(device: torch.device) -> torch.Tensor:
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _flush_buffers:
         l2 = getattr(torch.cuda.get_device_properties(index), "L2_cache_size", 0) or 64 * 2**20
@@ -228,24 +230,31 @@ def make_timed_kernel(fn: Callable[[], torch.Tensor], mode: str, device: torch.d
     return TimedKernel(fn, mode, device, inner=choose_inner(est_ms, cfg))
 
 
-def _sample_round(runner: TimedKernel, count: int, flush: torch.Tensor | None) -> list[float]:
-    """`count` samples of one runner, in ms per call."""
+def _events(count: int) -> list[tuple[torch.cuda.Event, torch.cuda.Event]]:
+    return [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(count)]
+
+
+def sample_round(runner: TimedKernel, count: int, flush: torch.Tensor | None) -> tuple[list[float], list[float]]:
+    """`count` samples of one runner, in ms per call, and (with `flush`) each sample's flush in ms:
+    the flush runs just before its sample, between its own events, outside the sample's."""
     if runner.device.type != "cuda":
         samples = []
         for _ in range(count):
             t0 = time.perf_counter()
             runner()
             samples.append((time.perf_counter() - t0) * 1e3 / runner.inner)
-        return samples
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(count)]
-    for start_ev, end_ev in events:
+        return samples, []
+    events, flushes = _events(count), _events(count if flush is not None else 0)
+    for i, (start_ev, end_ev) in enumerate(events):
         if flush is not None:
+            flushes[i][0].record()
             flush.zero_()
+            flushes[i][1].record()
         start_ev.record()
         runner()
         end_ev.record()
     torch.cuda.synchronize(runner.device)
-    return [s.elapsed_time(e) / runner.inner for s, e in events]
+    return [s.elapsed_time(e) / runner.inner for s, e in events], [s.elapsed_time(e) for s, e in flushes]
 
 
 def time_kernels(runners: list[TimedKernel], cfg: TimingConfig) -> list[Timing]:
@@ -259,7 +268,7 @@ def time_kernels(runners: list[TimedKernel], cfg: TimingConfig) -> list[Timing]:
         return []
     device = runners[0].device
     cuda = device.type == "cuda"
-    flush = _l2_flush_buffer(device) if (cuda and cfg.cold_l2) else None
+    flush = l2_flush_buffer(device) if (cuda and cfg.cold_l2) else None
     for runner in runners:
         # synchronize every call: launches are asynchronous, and an unsynchronized loop would
         # queue seconds of GPU work in a few host milliseconds
@@ -271,18 +280,21 @@ def time_kernels(runners: list[TimedKernel], cfg: TimingConfig) -> list[Timing]:
             _sync(device)
 
     samples: list[list[float]] = [[] for _ in runners]
+    flushed: list[list[float]] = [[] for _ in runners]
     started = time.perf_counter()
     budget_s = cfg.budget_ms / 1e3 * len(runners)
     per_round = 10 if cuda else 1
     while len(samples[0]) < cfg.max_samples:
         count = min(per_round, cfg.max_samples - len(samples[0]))
-        for runner, own in zip(runners, samples):
-            own += _sample_round(runner, count, flush)
+        for runner, own, own_flushes in zip(runners, samples, flushed):
+            times, flush_times = sample_round(runner, count, flush)
+            own += times
+            own_flushes += flush_times
         n = len(samples[0])
         done = [n >= cfg.min_samples and relative_iqr(own) <= cfg.rel_spread for own in samples]
         if all(done):
             break
         if time.perf_counter() - started > budget_s and n >= min(cfg.min_samples, 3):
             break
-    return [Timing(own, runner.inner, n >= cfg.min_samples and relative_iqr(own) <= cfg.rel_spread)
-            for runner, own in zip(runners, samples)]
+    return [Timing(own, runner.inner, n >= cfg.min_samples and relative_iqr(own) <= cfg.rel_spread, flushes)
+            for runner, own, flushes in zip(runners, samples, flushed)]

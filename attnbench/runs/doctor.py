@@ -6,7 +6,8 @@ clock policy; results/telemetry.py's clocks while the checks run) and checks eac
 backend against the float32 reference with the kernel sweep's own machinery (kernels/sweep.py):
 every strategy it declares, eager and (graph-safe, on a GPU) graph, on a decode, a prefill and a
 mixed batch of one small shape it supports, a short time budget per row. On a GPU a graph-safe
-backend also runs `attnbench verify`'s safe-policy replays (kernels/verify.py).
+backend also runs `attnbench verify`'s safe-policy replays (kernels/verify.py), and runs/l2check.py
+shows that `--cold-l2`'s flush leaves L2 cold.
 
 Each backend gets one verdict: `ok`, `FAIL` (its first failing row) or `skipped` (why it was not
 checked). Everything runs in this process: a kernel fault that kills the CUDA context fails its
@@ -34,6 +35,7 @@ from attnbench.kernels.timing import TimingConfig
 from attnbench.kernels.verify import gating_failures, replay_cases, verify_rows
 from attnbench.kernels.workload import SweepPoint
 from attnbench.results.env import collect
+from attnbench.runs.l2check import l2_check, l2_failed
 from attnbench.results.telemetry import gpu_telemetry, summarize
 from attnbench.workers import pool
 
@@ -82,7 +84,7 @@ class Report:
 
     @property
     def failed(self) -> bool:
-        return any(v.status == "FAIL" for v in self.verdicts)
+        return any(v.status == "FAIL" for v in self.verdicts) or l2_failed(self.environment.get("l2_check"))
 
     def cpu_note(self) -> str | None:
         """On the CPU, the one line that says what was not checked."""
@@ -282,6 +284,7 @@ def run_doctor(device: torch.device, env: dict, names: list[str], on_verdict: Ca
                     verdict.status, verdict.detail = "FAIL", f"the CUDA context died in its checks: {verdict.detail}"
             verdicts.append(verdict)
             on_verdict(verdict)
+        env["l2_check"] = l2_check(device, [v.backend for v in verdicts if v.status == "ok"])
     if sampler.samples:
         env["clocks_while_checking"] = summarize(sampler.samples, sampler.max_sm_mhz)
     return Report(env, str(device), verdicts)
