@@ -42,9 +42,10 @@ class AbRow:
     reason: str
 
 
-def ab_row(key: dict, label: str, rounds: RowRounds, sides: dict[str, dict], threshold: float, cpu: bool) -> dict:
-    """One row of ab.csv: the key columns, then AbRow's."""
-    result = rounds.result(threshold)
+def ab_row(key: dict, label: str, rounds: RowRounds, sides: dict[str, dict], threshold: float, confidence: float,
+           cpu: bool) -> dict:
+    """One row of ab.csv: the key columns, then AbRow's (its interval at the confidence it stopped on)."""
+    result = rounds.result(threshold, confidence)
     nan = float("nan")
     reason = " | ".join(f"{side}: {sides[side].get('reason')}" for side in (BASELINE, CANDIDATE)
                         if sides.get(side, {}).get("reason"))
@@ -59,11 +60,12 @@ def ab_row(key: dict, label: str, rounds: RowRounds, sides: dict[str, dict], thr
     return {**key, **asdict(row)}
 
 
-def ab_frame(entries: list[tuple[dict, RowRounds, dict]], threshold: float, cpu: bool) -> pd.DataFrame:
+def ab_frame(entries: list[tuple[dict, RowRounds, dict]], threshold: float, confidence: float,
+             cpu: bool) -> pd.DataFrame:
     """ab.csv as a frame, from (key columns, rounds, each side's last row) per row; slowest first."""
     keys = pd.DataFrame([key for key, _, _ in entries], columns=list(KERNEL.key))
     names = labels(keys, varying(keys, list(KERNEL.key)))
-    frame = pd.DataFrame([ab_row(key, name, rounds, sides, threshold, cpu)
+    frame = pd.DataFrame([ab_row(key, name, rounds, sides, threshold, confidence, cpu)
                           for (key, rounds, sides), name in zip(entries, names)])
     order = {v: i for i, v in enumerate(VERDICTS)}
     return frame.sort_values(["verdict", "ratio"], key=lambda s: s.map(order) if s.name == "verdict" else -s,
@@ -81,10 +83,11 @@ def regressed(frame: pd.DataFrame) -> bool:
 
 
 def counts_line(frame: pd.DataFrame, threshold: float, wall_s: float) -> str:
+    """The verdicts, why rows stopped, and the run's wall time."""
     counts = ", ".join(f"{int((frame['verdict'] == v).sum())} {v}" for v in VERDICTS
                        if v != "unjudged" or (frame["verdict"] == v).any())
     stops = frame["stopped"].value_counts().to_dict()
-    return (f"{len(frame)} rows: {counts} (threshold {threshold:.1%}, {CONFIDENCE:.0%} paired intervals); stopped: "
+    return (f"{len(frame)} rows: {counts} (threshold {threshold:.1%}, paired intervals {CONFIDENCE:.0%} over all looks); stopped: "
             + ", ".join(f"{n} {why}" for why, n in stops.items()) + f"; {wall_s:.0f} s")
 
 

@@ -31,7 +31,17 @@ from attnbench.kernels.plan import KernelArgs
 from attnbench.kernels.sweep import SweepPlan
 from attnbench.results.ab_files import ab_frame, regressed, summary
 from attnbench.results.env import collect
-from attnbench.results.paired import BASELINE, BUDGET, CANDIDATE, MIN_ROUNDS, NOT_TIMED, RowRounds, enough, round_order
+from attnbench.results.paired import (
+    BASELINE,
+    BUDGET,
+    CANDIDATE,
+    MIN_ROUNDS,
+    NOT_TIMED,
+    RowRounds,
+    enough,
+    look_confidence,
+    round_order,
+)
 from attnbench.results.read import KERNEL, MEASURED
 from attnbench.runs.kernel import plan_kernel
 from attnbench.runs.rundir import RunDir
@@ -166,7 +176,7 @@ def run_ab(sweeps: list[KernelArgs], settings: AbSettings, console: Console, com
                                                         "point(s) open")
                 if not open_points(rows, plan, settings) or time.monotonic() - start > settings.budget_s:
                     break
-        outcome = AbOutcome(run.path, table(plan, rows, settings.threshold), time.monotonic() - start,
+        outcome = AbOutcome(run.path, table(plan, rows, settings), time.monotonic() - start,
                             plan.device == "cpu")
         run.write_text("ab.csv", outcome.frame.to_csv(index=False))
         run.write_text("rounds.csv", pd.DataFrame(raw).to_csv(index=False))
@@ -186,7 +196,7 @@ class AbOutcome:
         return regressed(self.frame)
 
 
-def table(plan: SweepPlan, rows: dict, threshold: float) -> pd.DataFrame:
+def table(plan: SweepPlan, rows: dict, settings: AbSettings) -> pd.DataFrame:
     """ab.csv from every tracked row; a row still open when the rounds ended stopped on the budget."""
     entries = []
     for p, point_rows in sorted(rows.items()):
@@ -198,7 +208,8 @@ def table(plan: SweepPlan, rows: dict, threshold: float) -> pd.DataFrame:
             entries.append(({c: key.get(c) for c in KERNEL.key}, tracked.rounds, tracked.rows))
     if not entries:
         raise AttnbenchError("nothing was measured: the budget ended before the first point")
-    return ab_frame(entries, threshold, plan.device == "cpu")
+    return ab_frame(entries, settings.threshold, look_confidence(settings.min_rounds, settings.max_rounds),
+                    plan.device == "cpu")
 
 
 def open_points(rows: dict, plan: SweepPlan, settings: AbSettings) -> set[int]:

@@ -33,9 +33,11 @@ class Side:
     variables: dict[str, str] = field(default_factory=dict)
 
     def environ(self) -> dict[str, str]:
-        """The worker's environment: ours, its checkout first on PYTHONPATH, its own variables."""
-        path = os.pathsep.join(filter(None, [str(self.src), os.environ.get("PYTHONPATH")]))
-        return {**os.environ, "PYTHONPATH": path, **self.variables}
+        """The worker's environment: ours, its own variables, and its checkout first on PYTHONPATH
+        (then a PYTHONPATH it was given, then ours)."""
+        path = os.pathsep.join(filter(None, [str(self.src), self.variables.get("PYTHONPATH"),
+                                             os.environ.get("PYTHONPATH")]))
+        return {**os.environ, **self.variables, "PYTHONPATH": path}
 
     def describe(self) -> dict:
         return {"python": str(self.python), "src": str(self.src), "variables": dict(self.variables)}
