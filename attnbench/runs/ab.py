@@ -159,11 +159,11 @@ def run_ab(sweeps: list[KernelArgs], settings: AbSettings, console: Console, com
         for worker in workers.values():
             worker.launch()
         env = collect(command)
-        console.print(f"{len(plan.points)} points on {gpu_name or 'cpu'}, baseline and candidate in turns "
-                      f"(ABBA), up to {settings.max_rounds} rounds or {settings.budget_s:g} s -> {run.path}")
         env["ab"] = {"threshold": settings.threshold, "max_rounds": settings.max_rounds,
                      "min_rounds": settings.min_rounds, "budget_s": settings.budget_s,
                      **{name: {**w.side.describe(), "versions": w.start()} for name, w in workers.items()}}
+        console.print(f"{len(plan.points)} point(s) on {gpu_name or 'cpu'}, baseline and candidate in turns "
+                      f"(ABBA), up to {settings.max_rounds} rounds or {settings.budget_s:g} s -> {run.path}")
         run.write_env(env)
         rows, raw = {}, []
         with progress(console) as bar:

@@ -36,8 +36,8 @@ class SideWorker:
     def __enter__(self) -> SideWorker:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(kill=exc_type is not None)  # an error or Ctrl-C: the point in flight is abandoned
 
     def launch(self) -> None:
         """Start the worker's process (it imports and sets up while the other side's does too)."""
@@ -96,7 +96,7 @@ class SideWorker:
         with selectors.DefaultSelector() as selector:
             selector.register(self.process.stdout, selectors.EVENT_READ)
             if not selector.select(timeout):
-                self.close()
+                self.close(kill=True)
                 raise Lost("timeout", f"no {what} result within {timeout:g} s; the worker was killed")
         line = self.process.stdout.readline()
         if not line:
@@ -106,11 +106,11 @@ class SideWorker:
         try:
             return json.loads(line)
         except ValueError:
-            self.close()
+            self.close(kill=True)
             raise Lost("error", f"the worker answered something that is not a message: {line[:80]!r}") from None
 
-    def close(self) -> None:
-        """Stop the worker: end of input, then a kill if it lingers."""
+    def close(self, kill: bool = False) -> None:
+        """Stop the worker: end of input, then a kill if it lingers (at once with kill)."""
         process, self.process = self.process, None
         if process is None:
             return
@@ -119,7 +119,7 @@ class SideWorker:
         except OSError:
             pass
         try:
-            process.wait(timeout=5)
+            process.wait(timeout=0 if kill else 5)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=5)
