@@ -5,7 +5,7 @@ turns and the statistics); each side's worker (workers/ab_pool.py) measures a po
 attnbench measures it, one replicate per call. Per round and point: the side round_order names
 first, then the other, so a row's two medians of a round are minutes closer than two runs ever are.
 A row stops when its paired interval decides against --threshold (after --min-rounds), at
---max-rounds, or when --budget-s of wall time has passed; a point is measured while any of its
+--max-rounds, or when --budget-s of wall time (from both workers ready) has passed; a point is measured while any of its
 rows is still open. A row that fails on one side (error, timeout, crash) stops there and says so.
 
 Outputs (a RunDir): ab.csv (a row each, results/ab_files.py), rounds.csv (every measured row of
@@ -155,7 +155,6 @@ def run_ab(sweeps: list[KernelArgs], settings: AbSettings, console: Console, com
     with run.locked(), SideWorker(settings.baseline, spec, plan.point_timeout_s) as base, \
             SideWorker(settings.candidate, spec, plan.point_timeout_s) as cand:
         workers = {"baseline": base, "candidate": cand}
-        start = time.monotonic()
         for worker in workers.values():
             worker.launch()
         env = collect(command)
@@ -166,6 +165,7 @@ def run_ab(sweeps: list[KernelArgs], settings: AbSettings, console: Console, com
                       f"(ABBA), up to {settings.max_rounds} rounds or {settings.budget_s:g} s -> {run.path}")
         run.write_env(env)
         rows, raw = {}, []
+        start = time.monotonic()  # --budget-s counts rounds: a worker's start (a first-use JIT compile) is not in it
         with progress(console) as bar:
             task = bar.add_task("ab rounds", total=settings.max_rounds)
             for index in range(settings.max_rounds):
