@@ -114,7 +114,7 @@ def test_look_confidence_spends_five_percent_over_the_looks():
 def planted_run(tmp_path_factory):
     """One CPU ab run of two rounds: the candidate's reference busy-waits 5 ms after each launch."""
     out = tmp_path_factory.mktemp("ab") / "run"
-    candidate = f"ATTNBENCH_EXTRA_BACKENDS=slow_backend:SlowReference,ATTNBENCH_SLOW_MS=5,PYTHONPATH={TESTS}"
+    candidate = f"ATTNBENCH_EXTRA_BACKENDS=ab_backends:SlowReference,ATTNBENCH_SLOW_MS=5,PYTHONPATH={TESTS}"
     result = CliRunner().invoke(app, ["ab", "--baseline", f"python={sys.executable}", "--candidate", candidate,
                                       "--max-rounds", "2", "--min-rounds", "2", "--out", str(out), *SIZE], env={"COLUMNS": "200"})
     return result, out
@@ -144,3 +144,19 @@ def test_cpu_run_measures_in_abba_order_and_records_both_sides(planted_run):
     for side in (BASELINE, CANDIDATE):
         versions = env[side]["versions"]
         assert versions["torch"] and versions["attnbench_path"] == os.path.join(str(TESTS.parent), "attnbench")
+
+
+def test_a_candidate_that_crashes_is_a_correctness_regression(tmp_path):
+    """At 8 tokens the candidate's worker dies: those rows stop `not-timed` with the reason, the
+    worker is started afresh for the next point, and the exit is compare's for a broken row."""
+    candidate = f"ATTNBENCH_EXTRA_BACKENDS=ab_backends:CrashingReference,PYTHONPATH={TESTS}"
+    sweep = [*SIZE[:5], "8,4", *SIZE[6:]]
+    result = CliRunner().invoke(app, ["ab", "--baseline", "AB_SIDE=a", "--candidate", candidate, "--max-rounds", "2",
+                                      "--min-rounds", "2", "--out", str(tmp_path / "run"), *sweep],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 1, result.output
+    assert "correctness regression" in result.output
+    frame = pd.read_csv(tmp_path / "run" / "ab.csv").set_index("num_tokens")
+    assert set(frame.loc[8, "stopped"]) == {"not-timed"} and set(frame.loc[8, "candidate_check"]) == {"crashed"}
+    assert frame.loc[8, "reason"].str.contains("candidate: the worker exited").all()
+    assert set(frame.loc[4, "rounds"]) == {2} and set(frame.loc[4, "candidate_check"]) == {"pass"}

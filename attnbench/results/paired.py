@@ -31,6 +31,7 @@ from attnbench.results.verdicts import classify
 BASELINE, CANDIDATE = "baseline", "candidate"
 MIN_ROUNDS = 3  # t with 2 degrees of freedom: the fewest rounds whose interval may decide
 DECIDED, BUDGET, ROUNDS = "decided", "budget", "max-rounds"  # why a row stopped
+INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM ended the rounds first
 NOT_TIMED = "not-timed"  # a side skipped it, or it failed there (error, timeout, crashed, oom)
 
 

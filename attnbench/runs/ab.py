@@ -26,7 +26,8 @@ from rich.console import Console
 
 from attnbench.console import default_out_dir, progress
 from attnbench.device import device_name, select
-from attnbench.errors import AttnbenchError, UsageError
+from attnbench.errors import AttnbenchError, Interrupted, UsageError
+from attnbench.interrupts import SignalReceived, signal_of, signals_raise
 from attnbench.kernels.plan import KernelArgs
 from attnbench.kernels.sweep import SweepPlan
 from attnbench.results.ab_files import ab_frame, regressed, summary
@@ -35,6 +36,7 @@ from attnbench.results.paired import (
     BASELINE,
     BUDGET,
     CANDIDATE,
+    INTERRUPTED,
     MIN_ROUNDS,
     NOT_TIMED,
     RowRounds,
@@ -166,22 +168,51 @@ def run_ab(sweeps: list[KernelArgs], settings: AbSettings, console: Console, com
         run.write_env(env)
         rows, raw = {}, []
         start = time.monotonic()  # --budget-s counts rounds: a worker's start (a first-use JIT compile) is not in it
-        with progress(console) as bar:
-            task = bar.add_task("ab rounds", total=settings.max_rounds)
-            for index in range(settings.max_rounds):
-                measure_round(index, plan, workers, rows, lambda: open_points(rows, plan, settings),
-                              lambda: time.monotonic() - start > settings.budget_s,
-                              lambda side, i, row: raw.append({"side": side, "round": i, **row}))
-                bar.update(task, advance=1, description=f"round {index + 1}: {len(open_points(rows, plan, settings))} "
-                                                        "point(s) open")
-                if not open_points(rows, plan, settings) or time.monotonic() - start > settings.budget_s:
-                    break
-        outcome = AbOutcome(run.path, table(plan, rows, settings), time.monotonic() - start,
-                            plan.device == "cpu")
+        stopped = measure_rounds(plan, workers, settings, rows, console,
+                                 lambda side, i, row: raw.append({"side": side, "round": i, **row}))
+        if stopped is not None:
+            for worker in workers.values():
+                worker.close(kill=True)  # each in its own session: the signal did not reach it
+            if not any(rows.values()):
+                raise interrupted_run(stopped, run.path)
+        outcome = AbOutcome(run.path, table(plan, rows, settings, INTERRUPTED if stopped else BUDGET),
+                            time.monotonic() - start, plan.device == "cpu")
         run.write_text("ab.csv", outcome.frame.to_csv(index=False))
         run.write_text("rounds.csv", pd.DataFrame(raw).to_csv(index=False))
         run.write_text("summary.md", summary(outcome.frame, env, settings.threshold, outcome.wall_s, outcome.cpu))
+    if stopped is not None:
+        raise interrupted_run(stopped, run.path)
+    if not (outcome.frame["rounds"] > 0).any():
+        raise AttnbenchError(f"nothing was timed on both sides: the reason column of {run.path / 'ab.csv'} says why")
     return outcome
+
+
+def interrupted_run(stopped: BaseException, path: Path) -> Interrupted:
+    name, number = signal_of(stopped)
+    return Interrupted(f"interrupted by {name}; {path} holds what was measured before it (open rows stopped as "
+                       f"`{INTERRUPTED}`)", number)
+
+
+def measure_rounds(plan: SweepPlan, workers: dict[str, SideWorker], settings: AbSettings, rows: dict,
+                   console: Console, record: Callable[[str, int, dict], None]) -> BaseException | None:
+    """Rounds until no row is open, --max-rounds or --budget-s; a Ctrl-C or SIGTERM is returned, not raised."""
+    start = time.monotonic()
+
+    def over() -> bool:
+        return time.monotonic() - start > settings.budget_s
+
+    try:
+        with signals_raise(), progress(console) as bar:
+            task = bar.add_task("ab rounds", total=settings.max_rounds)
+            for index in range(settings.max_rounds):
+                measure_round(index, plan, workers, rows, lambda: open_points(rows, plan, settings), over, record)
+                left = len(open_points(rows, plan, settings))
+                bar.update(task, advance=1, description=f"round {index + 1}: {left} point(s) open")
+                if not left or over():
+                    break
+    except (KeyboardInterrupt, SignalReceived) as exc:
+        return exc
+    return None
 
 
 @dataclass
@@ -196,18 +227,18 @@ class AbOutcome:
         return regressed(self.frame)
 
 
-def table(plan: SweepPlan, rows: dict, settings: AbSettings) -> pd.DataFrame:
-    """ab.csv from every tracked row; a row still open when the rounds ended stopped on the budget."""
+def table(plan: SweepPlan, rows: dict, settings: AbSettings, open_stop: str) -> pd.DataFrame:
+    """ab.csv from every tracked row; a row still open when the rounds ended stopped with open_stop."""
     entries = []
     for p, point_rows in sorted(rows.items()):
         for (backend, strategy, mode), tracked in ((k if k != ALL else (",".join(plan.backends), "", ""), t)
                                                    for k, t in point_rows.items()):
-            tracked.rounds.stopped = tracked.rounds.stopped or BUDGET
+            tracked.rounds.stopped = tracked.rounds.stopped or open_stop
             key = {**asdict(plan.points[p]), "backend": backend, "strategy": strategy, "mode": mode,
                    "l2": tracked.rows.get(BASELINE, {}).get("l2", "")}
             entries.append(({c: key.get(c) for c in KERNEL.key}, tracked.rounds, tracked.rows))
     if not entries:
-        raise AttnbenchError("nothing was measured: the budget ended before the first point")
+        raise AttnbenchError("nothing was measured: the rounds ended before the first point")
     return ab_frame(entries, settings.threshold, look_confidence(settings.min_rounds, settings.max_rounds),
                     plan.device == "cpu")
 

@@ -24,6 +24,14 @@ from attnbench.workers.pool import START_S, Lost, Outcome
 SERVE = Path(__file__).resolve().with_name("ab_serve.py")
 
 
+SOFTWARE = ("attnbench_version", "git_sha", "attnbench_path", "python", "torch", "torch_cuda", "libraries",
+            "backend_libraries")  # what a restarted worker must still run (its load and clocks may differ)
+
+
+def software(versions: dict) -> dict:
+    return {key: versions.get(key) for key in SOFTWARE}
+
+
 class SideWorker:
     """A worker of one side, started on first use and restarted after it is lost."""
 
@@ -67,7 +75,7 @@ class SideWorker:
             self.close()
             raise AttnbenchError(f"--{self.side.name}: {message.get('failed', ['', 'no answer'])[1]} "
                                  f"({self.side.python}, src={self.side.src})")
-        if self.versions is not None and message["ready"] != self.versions:
+        if self.versions is not None and software(message["ready"]) != software(self.versions):
             raise AttnbenchError(f"--{self.side.name}: a restarted worker reports other versions than the first")
         self.versions = message["ready"]
         return self.versions

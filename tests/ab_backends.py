@@ -1,10 +1,11 @@
-"""A test-only planted slowdown for `attnbench ab` on the CPU: the reference backend under its own
-name, each launch followed by a busy-wait of ATTNBENCH_SLOW_MS milliseconds (a fixed time, not a
-share of the launch's: on a shared CPU the launch's own time is mostly noise).
+"""Test-only candidates for `attnbench ab` on the CPU, each under the reference backend's own name:
+SlowReference busy-waits ATTNBENCH_SLOW_MS milliseconds after each launch (a fixed time, not a
+share of the launch's: on a shared CPU the launch's own time is mostly noise); CrashingReference
+kills its process in a launch over 8 query tokens (tests/fake_backends.py's CrashingBackend).
 
-Only a side given ATTNBENCH_EXTRA_BACKENDS="slow_backend:SlowReference" (with tests/ on its
-PYTHONPATH) loads it, and it replaces `reference` there: the other side's rows keep their name, so
-ab matches the two. benchmarks/planted_backend.py is the GPU version (device time, not host time).
+Only a side given ATTNBENCH_EXTRA_BACKENDS="ab_backends:SlowReference" (with tests/ on its
+PYTHONPATH) loads one, and it replaces `reference` there: the other side's rows keep their name,
+so ab matches the two. benchmarks/planted_backend.py is the GPU version (device time, not host time).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from dataclasses import replace
 
 from attnbench.kernels.backends.reference import ReferenceBackend
+from fake_backends import CrashingBackend
 
 
 class SlowReference(ReferenceBackend):
@@ -34,3 +36,8 @@ class SlowReference(ReferenceBackend):
                 pass
             return result
         return slower
+
+
+class CrashingReference(CrashingBackend):
+    name = "reference"
+    oracle = True  # as the reference it replaces
