@@ -1,6 +1,6 @@
 """Does `attnbench ab` tell noise from a regression, and how fast? An A/A run and planted regressions.
 
-    python3 benchmarks/ab_check.py [--out DIR] [--threshold 2%] [--planted 3,10] [--budget-s 50]
+    python3 benchmarks/ab_check.py [--out DIR] [--threshold 2%] [--planted 3,10] [--budget-s 45] [--extra FLAGS]
     python3 benchmarks/ab_check.py --wrap reference --flags "--heads 2 --dim 16 --tokens 4,8 --context 16
         --kind decode --device cpu --budget-ms 5"          # the pipeline on a CPU (no verdicts there)
 
@@ -79,10 +79,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", default=str(ROOT / "scenarios" / "seed-kernel-table.toml"))
     parser.add_argument("--flags", help="`attnbench kernel` flags instead of the scenario")
+    parser.add_argument("--extra", default="", help="more `attnbench kernel` flags for every run, e.g. \"--budget-ms 300\"")
     parser.add_argument("--wrap", default="vllm-fa2", choices=sorted(PLANTED_CLASS))
     parser.add_argument("--threshold", default="2%")
     parser.add_argument("--planted", default="3,10", help="planted extra time, %% of each row's A/A baseline median")
-    parser.add_argument("--budget-s", type=float, default=50.0, help="ab's --budget-s per case")
+    parser.add_argument("--budget-s", type=float, default=45.0, help="ab's --budget-s per case (rounds only)")
     parser.add_argument("--max-rounds", type=int, default=12)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "ab-check")))
     parser.add_argument("--run-timeout", type=float, default=300.0, help="seconds per run")
@@ -90,7 +91,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="ab-check-"))
     sweep = shlex.split(args.flags) if args.flags else ["--scenario", args.scenario]
-    sweep += ["--backend", args.wrap]
+    sweep += ["--backend", args.wrap, *shlex.split(args.extra)]
 
     cases = {"A/A": run_ab("aa", "AB_SIDE=b", sweep, args, work)}
     for percent in [float(x) for x in args.planted.split(",") if x.strip()]:
