@@ -112,11 +112,16 @@ def test_look_confidence_spends_five_percent_over_the_looks():
 
 @pytest.fixture(scope="module")
 def planted_run(tmp_path_factory):
-    """One CPU ab run of two rounds: the candidate's reference busy-waits 5 ms after each launch."""
+    """One CPU ab run of two rounds, of a scenario with overrides: the candidate's reference
+    busy-waits 5 ms after each launch."""
     out = tmp_path_factory.mktemp("ab") / "run"
+    scenario = out.with_name("cpu.toml")
+    scenario.write_text('command = "kernel"\nheads = 2\ndim = 16\ntokens = [4]\ncontext = 16\nkind = "decode"\n')
     candidate = f"ATTNBENCH_EXTRA_BACKENDS=ab_backends:SlowReference,ATTNBENCH_SLOW_MS=5,PYTHONPATH={TESTS}"
     result = CliRunner().invoke(app, ["ab", "--baseline", f"python={sys.executable}", "--candidate", candidate,
-                                      "--max-rounds", "2", "--min-rounds", "2", "--out", str(out), *SIZE], env={"COLUMNS": "200"})
+                                      "--max-rounds", "2", "--min-rounds", "2", "--out", str(out), "--scenario",
+                                      str(scenario), "--device", "cpu", "--budget-ms", "5", "--backend", "reference"],
+                                env={"COLUMNS": "200"})
     return result, out
 
 

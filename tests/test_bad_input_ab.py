@@ -57,6 +57,7 @@ CASES = {
     "shard": (["--baseline", A, "--candidate", B, "--shard", "0/2"], "--shard"),
     "devices": (["--baseline", A, "--candidate", B, "--devices", "cpu,cpu"], "--devices"),
     "profile": (["--baseline", A, "--candidate", B, "--profile"], "--profile"),
+    "json": (["--baseline", A, "--candidate", B, "--json"], "--json"),
     "unknown kernel flag": (["--baseline", A, "--candidate", B, "--bogus", "1"], "bogus"),
     "bad kernel value": (["--baseline", A, "--candidate", B, "--heads", "0"], "--heads"),
     "scenario as an argument": (["--baseline", A, "--candidate", B, "k.toml"], "--scenario k.toml"),

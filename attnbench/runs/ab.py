@@ -77,7 +77,7 @@ class AbSettings:
 
 
 REFUSED = {"devices": "--devices", "shard": "--shard", "resume": "--resume", "profile": "--profile",
-           "out": "the kernel flags' --out (give ab's own --out)"}
+           "json": "--json (rounds.csv holds every row)", "out": "the kernel flags' --out (give ab's own --out)"}
 
 
 def ab_plan(sweeps: list[KernelArgs]) -> SweepPlan:

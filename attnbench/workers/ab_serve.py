@@ -47,7 +47,11 @@ def setup(spec: dict):
                      replicates=1, lacking=tuple(tuple(pair) for pair in spec["lacking"]))
 
     def measure(point: dict) -> list[dict]:
-        return list(PointRunner(plan, SweepPoint(**point), gpu_name).rows())
+        try:
+            return list(PointRunner(plan, SweepPoint(**point), gpu_name).rows())
+        finally:  # the other side's worker shares the GPU: hand back what this point's tensors cached
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
     return measure
 
 
