@@ -46,7 +46,7 @@ def ab(
     Writes ab.csv, rounds.csv, env.json (both sides' versions) and summary.md. On the CPU no row
     gets a verdict (the output says why). Exit status as compare's: 0 when no regression is shown;
     1 when a row is slower, a row passing on the baseline fails or errors on the candidate, or on
-    bad input (one error line).
+    bad input (one error line); 128 + the signal after Ctrl-C or SIGTERM (what was measured is written).
 
     Example: attnbench ab --baseline src=../main --candidate src=. --scenario scenarios/seed-kernel-table.toml
 
