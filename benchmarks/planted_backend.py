@@ -1,4 +1,4 @@
-"""Test-only backends with a planted regression of known size, for benchmarks/aa_check.py.
+"""Test-only backends with a planted regression of known size, for benchmarks/aa_check.py and ab_check.py.
 
 Each wraps a real backend and appends one launch to every plan: extra time on the device, of a
 size given per row in the JSON file ATTNBENCH_PLANTED_TABLE ({planted_key(point, strategy): ms},
@@ -122,3 +122,17 @@ class PlantedReference(_Planted, ReferenceBackend):
             while time.perf_counter() < end:
                 pass
         return launch
+
+
+class AbPlantedFA2(PlantedFA2):
+    """PlantedFA2 under vllm-fa2's own name, for `attnbench ab` (benchmarks/ab_check.py): loaded on
+    the candidate side only, it replaces vllm-fa2 there, so the two sides' rows match."""
+
+    name = "vllm-fa2"
+
+
+class AbPlantedReference(PlantedReference):
+    """PlantedReference under the reference's name: ab_check.py's pipeline on the CPU."""
+
+    name = "reference"
+    oracle = True  # as the reference it replaces: a CPU sweep's default backend
