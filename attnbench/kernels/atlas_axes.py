@@ -32,11 +32,12 @@ class Axis:
     name: str
     flag: str
     meaning: str
-    scale: str  # "log": sizes (log1p-spaced, so 0 is a value); "linear": a share
+    scale: str  # "log": sizes; "linear": a share
     low: float
     high: float
     step: float = 1  # values are multiples of it
     divides_heads: bool = False  # the GQA group: only divisors of the query heads
+    offset: float = 0  # a log axis that holds 0 is spaced in log(value + offset)
 
     def snap(self, value: float, heads: int) -> float:
         """The nearest value a batch can hold, in the axis's own scale."""
@@ -48,10 +49,10 @@ class Axis:
         return int(snapped) if float(self.step).is_integer() else round(snapped, 6)
 
     def position(self, value: float) -> float:
-        return math.log1p(value) if self.scale == "log" else float(value)
+        return math.log(value + self.offset) if self.scale == "log" else float(value)
 
     def value_at(self, position: float) -> float:
-        return math.expm1(position) if self.scale == "log" else position
+        return math.exp(position) - self.offset if self.scale == "log" else position
 
     def spaced(self, low: float, high: float, count: int, heads: int) -> list:
         """`count` values from low to high, evenly spaced in the axis's scale, snapped, once each."""
@@ -72,7 +73,8 @@ AXES = (
     Axis("decode_share", "--decode-share", "decode rows over the step's query tokens", "linear", 0.0, 1.0, 0.01),
     Axis("decode_context", "--decode-context", "KV tokens of each decode row", "log", 1, MAX_CONTEXT),
     Axis("chunk", "--chunk", "query tokens of a prefill chunk (at most)", "log", 1, MAX_TOKENS),
-    Axis("prefill_context", "--prefill-context", "cached KV tokens before each prefill chunk", "log", 0, MAX_CONTEXT),
+    Axis("prefill_context", "--prefill-context", "cached KV tokens before each prefill chunk", "log", 0, MAX_CONTEXT,
+         offset=1),
     Axis("gqa_group", "--gqa-group", "query heads per KV head (heads / kv heads)", "log", 1, MAX_HEADS,
          divides_heads=True),
     Axis("head_dim", "--head-dim", "head dim", "log", 8, 256, 8),

@@ -16,9 +16,10 @@ import pandas as pd
 from matplotlib.patches import Patch
 
 from attnbench.kernels.atlas_axes import AXES, BY_NAME, NAMES
-from attnbench.results.figures import Palette, finish, panels, settings_text, title
+from attnbench.results.figures import PLAIN, Palette, finish, panels, settings_text, title
 
 MAX_PANELS = 9
+MAX_LABELLED = 40  # a panel of at most this many cells writes each cell's best time in it
 NO_WINNER = "no winner"
 
 
@@ -27,6 +28,7 @@ def _scale(ax, name: str, values, which: str) -> None:
     setter = ax.set_xscale if which == "x" else ax.set_yscale
     if axis.scale == "log":
         setter("symlog", linthresh=1) if min(values) <= 0 else setter("log", base=2)
+        (ax.xaxis if which == "x" else ax.yaxis).set_major_formatter(PLAIN)
     (ax.set_xlabel if which == "x" else ax.set_ylabel)(f"{name} ({axis.meaning})", fontsize=8)
 
 
@@ -55,12 +57,15 @@ def map_figure(cells: pd.DataFrame, x: str, y: str, others: list[str], rows: pd.
         part = cells
         for name, value in zip(others, values):
             part = part[part[name] == value]
-        for line in part.to_dict("records"):
+        best = part[[c for c in part.columns if c.endswith(" ms")]].astype(float).min(axis=1)
+        for line, fastest in zip(part.to_dict("records"), best):
             winner = line["winner"] if isinstance(line["winner"], str) else NO_WINNER
             face = "lightgray" if winner == NO_WINNER else colour(winner)
-            ax.scatter([line[x]], [line[y]], s=140, marker="s", color=face, alpha=_shade(line["margin"]),
+            ax.scatter([line[x]], [line[y]], s=420, marker="s", color=face, alpha=_shade(line["margin"]),
                        edgecolors="black" if line["tie"] is True else "none",
                        hatch="////" if line["tie"] is True else None, linewidths=0.5, label=winner)
+            if len(part) <= MAX_LABELLED and pd.notna(fastest):
+                ax.annotate(f"{fastest:.3g}", (line[x], line[y]), fontsize=6, ha="center", va="center")
         _scale(ax, x, part[x], "x")
         _scale(ax, y, part[y], "y")
         ax.set_title(", ".join(f"{n} {v:g}" for n, v in zip(others, values)) or "all cells", fontsize=8)
@@ -68,7 +73,7 @@ def map_figure(cells: pd.DataFrame, x: str, y: str, others: list[str], rows: pd.
         axes[0].add_patch(Patch(facecolor="white", edgecolor="black", hatch="////", label="tie (hatched)", alpha=0))
     heading = title(f"Winner by {x} and {y}", rows, settings_text(rows, [("dtype", ""), ("mode", "")]),
                     "colour: the fastest passing backend x strategy; shade: its margin (pale: second-best "
-                    "within a few %, full: 1.5x or more)")
+                    "within a few %, full: 1.5x or more); number: the best time, ms")
     return finish(fig, axes, heading, path)
 
 

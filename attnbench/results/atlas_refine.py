@@ -108,7 +108,7 @@ def explore(ranges: list[Range], heads: int, measured: dict[Coord, Outcome],
     """Coarse grid, then rounds of refinement; `measure` takes a round's cells and returns their
     outcomes. Stops when no edge is open or `max_cells` cells are measured."""
     cells = dict(measured)
-    todo = [c for c in coarse_grid(ranges, heads) if c not in cells]
+    todo = [c for c in coarse_grid(ranges, heads) if c not in cells] or next_cells(ranges, cells, heads)
     rounds = 0
     while todo:
         room = max_cells - len(cells)
