@@ -13,7 +13,6 @@ import itertools
 from pathlib import Path
 
 import pandas as pd
-from matplotlib.patches import Patch
 
 from attnbench.kernels.atlas_axes import AXES, BY_NAME, NAMES
 from attnbench.results.figures import PLAIN, Palette, finish, panels, settings_text, title
@@ -70,7 +69,8 @@ def map_figure(cells: pd.DataFrame, x: str, y: str, others: list[str], rows: pd.
         _scale(ax, y, part[y], "y")
         ax.set_title(", ".join(f"{n} {v:g}" for n, v in zip(others, values)) or "all cells", fontsize=8)
     if (cells["tie"] == True).any():  # noqa: E712  (None: no verdict)
-        axes[0].add_patch(Patch(facecolor="white", edgecolor="black", hatch="////", label="tie (hatched)", alpha=0))
+        axes[0].scatter([], [], s=120, marker="s", color="white", edgecolors="black", hatch="////",
+                        label="tie (hatched)")
     heading = title(f"Winner by {x} and {y}", rows, settings_text(rows, [("dtype", ""), ("mode", "")]),
                     "colour: the fastest passing backend x strategy; shade: its margin (pale: second-best "
                     "within a few %, full: 1.5x or more); number: the best time, ms")
