@@ -12,7 +12,7 @@ import pytest
 
 from attnbench.errors import UsageError
 from attnbench.kernels.atlas_axes import AXES, BY_NAME, NAMES, TOLERANCE, cell_batch, parse_range
-from attnbench.results.atlas_refine import Outcome, coarse_grid, edges, explore, next_cells
+from attnbench.results.atlas_refine import CellOutcome, coarse_grid, edges, explore, next_cells
 
 HEADS = 32
 
@@ -35,7 +35,7 @@ def fake(rule, noise: float = 0.0, seed: int = 0, seen: list | None = None):
         for c in coords:
             winner, closeness = rule(dict(zip(NAMES, c)))
             tie = closeness < noise
-            out[c] = Outcome(rng.choice(["A", "B"]) if tie else winner, tie)
+            out[c] = CellOutcome(rng.choice(["A", "B"]) if tie else winner, tie)
         return out
     return measure
 

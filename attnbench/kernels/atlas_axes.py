@@ -125,7 +125,7 @@ def parse_range(axis: Axis, text: str) -> Range:
 
 
 @dataclass(frozen=True)
-class Shape:
+class CellShape:
     """What every cell shares: query heads, dtype, KV block size."""
 
     heads: int
@@ -153,7 +153,7 @@ def cell_id(coord: Coord) -> int:
     return int(hashlib.sha256(repr(tuple(float(v) for v in coord)).encode()).hexdigest()[:15], 16)
 
 
-def cell_point(coord: Coord, shape: Shape) -> GivenPoint:
+def cell_point(coord: Coord, shape: CellShape) -> GivenPoint:
     batch = cell_batch(coord)
     c = dict(zip(NAMES, coord))
     decode, tokens = batch.num_decode_seqs, batch.num_tokens

@@ -18,7 +18,7 @@ import pandas as pd
 
 from attnbench.errors import AttnbenchError
 from attnbench.kernels.atlas_axes import AXES, NAMES, Coord, Range
-from attnbench.results.atlas_refine import Edge, Outcome, edges
+from attnbench.results.atlas_refine import Edge, CellOutcome, edges
 from attnbench.results.compare import judge
 
 # before the kernel sweep's columns in results.csv: the cell's round and coordinates (prefixed: the
@@ -85,17 +85,17 @@ def verdict(passing: pd.DataFrame) -> dict:
             "tie": bool(judged["ci_low"] <= 1.0)}
 
 
-def outcomes(table: pd.DataFrame) -> dict[Coord, Outcome]:
+def outcomes(table: pd.DataFrame) -> dict[Coord, CellOutcome]:
     """What refinement reads of each cell."""
     found = {}
     for line in table.to_dict("records"):
         winner = line.get("winner")
-        found[tuple(line[n] for n in NAMES)] = Outcome(winner if isinstance(winner, str) and winner else None,
+        found[tuple(line[n] for n in NAMES)] = CellOutcome(winner if isinstance(winner, str) and winner else None,
                                                        line.get("tie") is True)
     return found
 
 
-def crossover_table(ranges: list[Range], cells: dict[Coord, Outcome], heads: int) -> pd.DataFrame:
+def crossover_table(ranges: list[Range], cells: dict[Coord, CellOutcome], heads: int) -> pd.DataFrame:
     """crossovers.csv: each edge (axis, bracket, its width in percent of its middle, status, the
     winner and tie on each side) and the coordinates it lies on (its own axis blank)."""
     lines = []
@@ -106,7 +106,7 @@ def crossover_table(ranges: list[Range], cells: dict[Coord, Outcome], heads: int
     return pd.DataFrame(lines, columns=columns)
 
 
-def edge_line(edge: Edge, cells: dict[Coord, Outcome]) -> dict:
+def edge_line(edge: Edge, cells: dict[Coord, CellOutcome]) -> dict:
     a, low, high = edge.axis, edge.low[edge.axis], edge.high[edge.axis]
     middle = (low + high) / 2
     return {"axis": AXES[a].name, "low": low, "high": high,

@@ -24,7 +24,7 @@ from attnbench.kernels.atlas_axes import AXES, TOLERANCE, Coord, Range
 
 
 @dataclass(frozen=True)
-class Outcome:
+class CellOutcome:
     """What refinement needs of a measured cell: its winner (None: no winner) and whether the two
     best could not be told apart."""
 
@@ -48,7 +48,7 @@ def coarse_grid(ranges: list[Range], heads: int) -> list[Coord]:
     return list(itertools.product(*values))
 
 
-def edges(ranges: list[Range], cells: dict[Coord, Outcome], heads: int) -> list[Edge]:
+def edges(ranges: list[Range], cells: dict[Coord, CellOutcome], heads: int) -> list[Edge]:
     """Every edge of the measured cells, along each varying axis, in a stable order."""
     found = []
     for a, (axis, r) in enumerate(zip(AXES, ranges)):
@@ -81,7 +81,7 @@ def midpoint(edge: Edge, heads: int) -> Coord:
     return edge.low[:a] + (AXES[a].midpoint(edge.low[a], edge.high[a], heads),) + edge.low[a + 1:]
 
 
-def next_cells(ranges: list[Range], cells: dict[Coord, Outcome], heads: int) -> list[Coord]:
+def next_cells(ranges: list[Range], cells: dict[Coord, CellOutcome], heads: int) -> list[Coord]:
     """The midpoints of the open edges, widest bracket (in its axis's scale, over the axis's span)
     first, each once."""
     def width(edge: Edge) -> float:
@@ -103,8 +103,8 @@ class Exploration:
     stop: str
 
 
-def explore(ranges: list[Range], heads: int, measured: dict[Coord, Outcome],
-            measure: Callable[[list[Coord]], dict[Coord, Outcome]], max_cells: int) -> Exploration:
+def explore(ranges: list[Range], heads: int, measured: dict[Coord, CellOutcome],
+            measure: Callable[[list[Coord]], dict[Coord, CellOutcome]], max_cells: int) -> Exploration:
     """Coarse grid, then rounds of refinement; `measure` takes a round's cells and returns their
     outcomes. Stops when no edge is open or `max_cells` cells are measured."""
     cells = dict(measured)

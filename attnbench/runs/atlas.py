@@ -22,7 +22,7 @@ from attnbench.console import default_out_dir
 from attnbench.device import device_name, resolve_device, select
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.interrupts import interrupted
-from attnbench.kernels.atlas_axes import AXES, CPU_DEFAULTS, GPU_DEFAULTS, Shape, cell_point, parse_range
+from attnbench.kernels.atlas_axes import AXES, CPU_DEFAULTS, GPU_DEFAULTS, CellShape, cell_point, parse_range
 from attnbench.kernels.notices import cpu_run_line
 from attnbench.kernels.plan import KernelArgs, plan_sweep
 from attnbench.kernels.workload import DEFAULT_STRATEGIES, MAX_HEADS
@@ -105,7 +105,7 @@ def kernel_args(args: AtlasArgs) -> KernelArgs:
                       point_timeout=args.point_timeout, replicates=args.replicates)
 
 
-def check_args(args: AtlasArgs) -> tuple[list, Shape, torch.device]:
+def check_args(args: AtlasArgs) -> tuple[list, CellShape, torch.device]:
     if isinstance(args.max_cells, bool) or not isinstance(args.max_cells, int) or not 1 <= args.max_cells <= MAX_CELLS:
         raise UsageError(f"--max-cells: must be a whole number from 1 to {MAX_CELLS}, got {args.max_cells}")
     device = resolve_device(args.device)
@@ -116,7 +116,7 @@ def check_args(args: AtlasArgs) -> tuple[list, Shape, torch.device]:
     if grid > args.max_cells:
         raise UsageError(f"--max-cells: the coarse grid has {grid} cells, more than --max-cells {args.max_cells}; "
                          "raise it or give fewer values (LOW:HIGH:COUNT)")
-    return ranges, Shape(args.heads, args.dtype, args.block_size), device
+    return ranges, CellShape(args.heads, args.dtype, args.block_size), device
 
 
 def atlas_env(command: list[str], args: AtlasArgs, ranges: list, plan) -> dict:
@@ -130,16 +130,23 @@ def atlas_env(command: list[str], args: AtlasArgs, ranges: list, plan) -> dict:
     return env
 
 
-def resumed_rows(run: RunDir, env: dict, plan, shape: Shape) -> list[dict]:
-    """The rows of the cells `run` finished, once every check a resume makes has passed."""
+def resumed_rows(run: RunDir, env: dict, plan, shape: CellShape, ranges: list) -> list[dict]:
+    """The rows of the cells `run` finished, once every check a resume makes has passed: each row
+    is the point of the cell its coordinates name, and those lie within this atlas's axes."""
     _, rows = check_resume(run, env, "kernel")
     allowed = set()
     for number, row in enumerate(rows, 1):
+        where = f"--resume {run.path}: results.csv row {number}"
         try:
-            coord = coord_of(row, shape.heads, f"--resume {run.path}: results.csv row {number}")
+            coord = coord_of(row, shape.heads, where)
         except AttnbenchError as exc:
             raise UsageError(str(exc)) from None
-        allowed.add(point_key(cell_point(coord, shape).key()))
+        key = point_key(cell_point(coord, shape).key())
+        outside = [a.name for a, r, v in zip(AXES, ranges, coord) if not r.low <= v <= r.high]
+        if outside or point_key(row) != key:
+            raise UsageError(f"{where} is not a cell of this atlas ({'its ' + outside[0] if outside else 'its point'}"
+                             " differs); resume with the flags it was made with or start a new directory")
+        allowed.add(key)
     check_foreign(run.path, rows, KEY, allowed, {"backend": set(plan.backends), "strategy": set(plan.strategies),
                                                  "mode": set(plan.modes)})
     run.reopen()
@@ -157,7 +164,7 @@ def run_atlas(args: AtlasArgs, console: Console, command: list[str]) -> Path:
     cpu = device.type == "cpu"
     with run.locked():
         env = atlas_env(command, args, ranges, plan)
-        keep = resumed_rows(run, env, plan, shape) if args.resume else None
+        keep = resumed_rows(run, env, plan, shape, ranges) if args.resume else None
         for notice in plan.notices:  # the atlas says its own CPU line: what runs there, and no winner
             if not notice.startswith("CPU run:"):
                 console.print(f"[yellow]{notice}[/]")
@@ -195,7 +202,7 @@ def run_atlas(args: AtlasArgs, console: Console, command: list[str]) -> Path:
     return run.path
 
 
-def _measure_round(coords: list, number: int, kargs: KernelArgs, shape: Shape, writer, gpu_name, console,
+def _measure_round(coords: list, number: int, kargs: KernelArgs, shape: CellShape, writer, gpu_name, console,
                    out: Path) -> None:
     """One round's cells as one kernel sweep; each row tagged with its cell's round and coordinates."""
     points = [cell_point(c, shape) for c in coords]
@@ -217,6 +224,6 @@ def _scaled(args: AtlasArgs) -> dict[str, str]:
             if getattr(args, a.name) is None and CPU_DEFAULTS[a.name] != GPU_DEFAULTS[a.name]}
 
 
-def _read_outcomes(run: RunDir, shape: Shape, cpu: bool) -> dict:
+def _read_outcomes(run: RunDir, shape: CellShape, cpu: bool) -> dict:
     rows = pd.read_csv(run.path / "results.csv", dtype=files.TEXT_COLUMNS)
     return outcomes(cell_table(rows, shape.heads, cpu)) if len(rows) else {}

@@ -11,7 +11,7 @@ import pandas as pd
 from rich.console import Console
 
 from attnbench.errors import UsageError
-from attnbench.kernels.atlas_axes import Shape
+from attnbench.kernels.atlas_axes import CellShape
 from attnbench.kernels.plan import check_measured
 from attnbench.results import files
 from attnbench.results.atlas_cells import cell_table, crossover_table, outcomes
@@ -23,7 +23,7 @@ from attnbench.runs.rundir import RunDir
 STOPPED = "stopped before its rounds ended (resume it to go on)"
 
 
-def write_atlas_outputs(run: RunDir, env: dict, ranges: list, shape: Shape, cpu: bool,
+def write_atlas_outputs(run: RunDir, env: dict, ranges: list, shape: CellShape, cpu: bool,
                         exploration: Exploration | None, console: Console) -> None:
     rows = pd.read_csv(run.path / "results.csv", dtype=files.TEXT_COLUMNS)
     if rows.empty:
