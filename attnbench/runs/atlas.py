@@ -61,10 +61,10 @@ class AtlasArgs:
     budget_ms: float | None = None
     rel_spread: float = 0.01
     replicates: int | None = None
-    max_cells: int = 500
     device: str = "auto"
     out: Path | None = None
     force: bool = False
+    max_cells: int = 500
     resume: Path | None = None
     isolate: bool = False
     point_timeout: float | None = None
