@@ -120,3 +120,15 @@ def test_winners_margins_ties_and_crossovers_on_synthetic_gpu_rows(atlas_dir, tm
     assert all(p.stat().st_size > 0 for p in pictures)
     text = summary_text(cells, crossovers, ranges, rows, "stopped", cpu=False)
     assert "## Crossovers" in text and "vllm-fa3 unified" in text and "NVIDIA H200" in text
+
+
+def test_a_cell_whose_point_failed_as_a_whole_stays_a_cell_without_a_winner(atlas_dir):
+    out, _ = atlas_dir
+    rows = gpu_like(pd.read_csv(out / "results.csv", dtype=str), 0.01)
+    failed = (rows["cell_tokens"] == "16") & (rows["cell_decode_share"] == "0.0")
+    rows.loc[failed, ["strategy", "verdict", "median_ms"]] = ["", "error", None]
+    cells = cell_table(rows.drop_duplicates(subset=[*CELL_COLUMNS, "strategy"]), 8, cpu=False)
+    assert len(cells) == 4
+    lost = cells[(cells["tokens"] == 16) & (cells["decode_share"] == 0.0)].iloc[0]
+    assert pd.isna(lost["winner"]) and not lost["vllm-fa3 unified passed"]
+    assert outcomes(cells)[tuple(lost[n] for n in NAMES)].winner is None

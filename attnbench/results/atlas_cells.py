@@ -17,7 +17,7 @@ import math
 import pandas as pd
 
 from attnbench.errors import AttnbenchError
-from attnbench.kernels.atlas_axes import AXES, NAMES, Coord, Range
+from attnbench.kernels.atlas_axes import AXES, NAMES, Coord, Range, cell_batch
 from attnbench.results.atlas_refine import Edge, CellOutcome, edges
 from attnbench.results.compare import judge
 
@@ -49,20 +49,23 @@ def choice_of(rows: pd.DataFrame) -> pd.Series:
 def cell_table(rows: pd.DataFrame, heads: int, cpu: bool) -> pd.DataFrame:
     """cells.csv: a line per cell (its coordinates, kind, decode rows, prefill tokens and round), each
     choice's median ms and whether it passed, then the verdict columns (blank on the CPU)."""
-    rows = rows[rows["strategy"].notna() & (rows["strategy"].astype(str) != "")].assign(choice=choice_of)
-    choices = sorted(rows["choice"].unique())
+    rows = rows.assign(choice=choice_of(rows))
+    timed = rows["strategy"].notna() & (rows["strategy"].astype(str) != "")  # not a point that failed as a whole
+    choices = sorted(rows.loc[timed, "choice"].unique())
     lines = []
     for _, cell in rows.groupby(list(CELL_COLUMNS), sort=True):
         first = cell.iloc[0]
-        line = {**dict(zip(NAMES, coord_of(first.to_dict(), heads, "results.csv"))), "kind": first["kind"],
-                "decode_rows": int(first["num_decode_seqs"]), "prefill_tokens": int(first["batch_tokens"])
-                - int(first["num_decode_seqs"]), "round": int(first["round"])}
+        coord = coord_of(first.to_dict(), heads, "results.csv")
+        batch = cell_batch(coord)
+        line = {**dict(zip(NAMES, coord)), "kind": first["kind"], "decode_rows": batch.num_decode_seqs,
+                "prefill_tokens": batch.num_tokens - batch.num_decode_seqs, "round": int(first["round"])}
         for choice in choices:
-            row = cell[cell["choice"] == choice]
+            row = cell[(cell["choice"] == choice) & timed.loc[cell.index]]
             passed = bool(len(row)) and row.iloc[0]["verdict"] == "pass"
             line[f"{choice} ms"] = float(row.iloc[0]["median_ms"]) if passed else math.nan
             line[f"{choice} passed"] = passed
-        lines.append({**line, **({} if cpu else verdict(cell[cell["verdict"] == "pass"]))})
+        passing = cell[(cell["verdict"] == "pass") & timed.loc[cell.index]]
+        lines.append({**line, **({} if cpu else verdict(passing))})
     table = pd.DataFrame(lines)
     for column in VERDICT_COLUMNS:
         if column not in table:
