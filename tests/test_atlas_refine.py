@@ -63,13 +63,23 @@ def test_one_crossover_on_a_log_axis_is_bracketed_within_the_tolerance():
     assert len(result.cells) <= 5 + 12
 
 
+def realized_share(c: dict) -> float:
+    batch = cell_batch(tuple(c[n] for n in NAMES))
+    return batch.num_decode_seqs / batch.num_tokens
+
+
 def test_two_axes_each_crossover_is_found_on_every_line():
     r = ranges(decode_share="0:1:5", tokens="16:4096:4")
-    share = 0.37
-    rule = lambda c: ("A" if c["decode_share"] < share else "B", abs(c["decode_share"] - share))  # noqa: E731
+    share = 0.37  # of the step's real decode rows: round(tokens x decode_share) / tokens
+    rule = lambda c: ("A" if realized_share(c) < share else "B", 1.0)  # noqa: E731
     result = explore(r, HEADS, {}, fake(rule), 1000)
-    located = bracket_ok(edges(r, result.cells, HEADS), "decode_share", share)
-    assert len(located) == 4  # one per line of tokens
+    a = NAMES.index("decode_share")
+    found = [e for e in edges(r, result.cells, HEADS) if e.axis == a]
+    assert len(found) == 4 and {e.status for e in found} <= {"located", "resolution"}  # one per line of tokens
+    for e in found:
+        low, high = (realized_share(dict(zip(NAMES, c))) for c in (e.low, e.high))
+        assert low < share <= high
+        assert BY_NAME["decode_share"].located(e.low[a], e.high[a]) or e.status == "resolution"
     assert len(result.cells) <= 20 + 4 * 8
 
 
@@ -147,3 +157,12 @@ def test_bad_ranges_are_refused_naming_the_flag(axis, text):
 def test_tolerance_is_ten_percent():
     assert TOLERANCE == 0.10
     assert BY_NAME["tokens"].located(1000, 1100) and not BY_NAME["tokens"].located(1000, 1200)
+
+
+def test_cells_that_are_the_same_step_make_no_crossover():
+    r = ranges(decode_share="1", prefill_context="0:8192:5")  # decode only: the prefill axes are not read
+    coin = random.Random(1)
+    measure = lambda coords: {c: CellOutcome(coin.choice(["A", "B"])) for c in coords}  # noqa: E731
+    result = explore(r, HEADS, {}, measure, 100)
+    assert len(result.cells) == 5 and len({o.winner for o in result.cells.values()}) == 2
+    assert edges(r, result.cells, HEADS) == []

@@ -15,6 +15,7 @@ steps of 8, GQA groups that divide the heads). Nothing here touches a device.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from dataclasses import dataclass
@@ -133,6 +134,7 @@ class CellShape:
     block_size: int
 
 
+@functools.lru_cache(maxsize=4096)
 def cell_batch(coord: Coord) -> Batch:
     """The step a cell stands for (the module docstring's rule); decode rows first."""
     c = dict(zip(NAMES, coord))
@@ -146,6 +148,13 @@ def cell_batch(coord: Coord) -> Batch:
     rule = (f"atlas: {decode} decode rows on {c['decode_context']} keys, {prefill} prefill tokens in {chunks} "
             f"chunk(s) of <= {c['chunk']} on {c['prefill_context']} cached keys")
     return Batch(tuple(query), tuple(kv), tuple([True] * decode + [False] * chunks), rule)
+
+
+def same_step(one: Coord, two: Coord) -> bool:
+    """Whether two cells are the same step (a decode-only step does not read the prefill axes, a
+    prefill-only one the decode context): a winner that differs between them is noise, not a crossover."""
+    kept = [NAMES.index("gqa_group"), NAMES.index("head_dim")]
+    return cell_batch(one) == cell_batch(two) and all(one[i] == two[i] for i in kept)
 
 
 def cell_id(coord: Coord) -> int:

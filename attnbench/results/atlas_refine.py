@@ -11,7 +11,7 @@ coordinate, with no measured cell between them, whose winners differ, are an **e
 edge is bisected in the axis's scale (a new cell at its midpoint), until its bracket is within
 TOLERANCE of its coordinate (`located`) or no value a batch can hold lies between (`resolution`).
 An edge both of whose cells are ties is not refined (`tie`): their winners may differ by noise
-alone. The widest brackets are measured first, so a cell budget that ends leaves the narrowest open.
+alone; two cells that are the same step (a decode-only step along a prefill axis) are no edge. The widest brackets are measured first, so a cell budget that ends leaves the narrowest open.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable
 
-from attnbench.kernels.atlas_axes import AXES, TOLERANCE, Coord, Range
+from attnbench.kernels.atlas_axes import AXES, TOLERANCE, Coord, Range, same_step
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def edges(ranges: list[Range], cells: dict[Coord, CellOutcome], heads: int) -> l
             ordered = sorted(lines[line], key=lambda c: c[a])
             for low, high in zip(ordered, ordered[1:]):
                 one, two = cells[low], cells[high]
-                if one.winner is None or two.winner is None or one.winner == two.winner:
+                if one.winner is None or two.winner is None or one.winner == two.winner or same_step(low, high):
                     continue
                 found.append(Edge(a, low, high, _status(axis, low[a], high[a], one.tie and two.tie, heads)))
     return found
