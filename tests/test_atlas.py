@@ -13,6 +13,7 @@ import pytest
 
 from attnbench.kernels.atlas_axes import AXES, NAMES, cell_batch, parse_range
 from attnbench.results.atlas_cells import CELL_COLUMNS, cell_table, crossover_table, outcomes
+from attnbench.results.atlas_refine import CellOutcome
 from attnbench.results.atlas_plots import plot_atlas
 from attnbench.results.atlas_report import summary_text
 from attnbench.results.rule_fit import walk
@@ -132,3 +133,30 @@ def test_a_cell_whose_point_failed_as_a_whole_stays_a_cell_without_a_winner(atla
     lost = cells[(cells["tokens"] == 16) & (cells["decode_share"] == 0.0)].iloc[0]
     assert pd.isna(lost["winner"]) and not lost["vllm-fa3 unified passed"]
     assert outcomes(cells)[tuple(lost[n] for n in NAMES)].winner is None
+
+
+def test_rounds_refine_and_a_resume_with_a_larger_budget_measures_nothing_twice(tmp_path, monkeypatch):
+    """The job's loop with winners a stand-in names from the coordinates (the CPU's own cells name
+    none): refinement rounds run as sweeps, and a resume continues them without repeating a cell."""
+    import attnbench.runs.atlas as job
+
+    real = job._read_outcomes
+
+    def named(run, shape, cpu):
+        return {c: CellOutcome("A" if c[NAMES.index("tokens")] < CROSS else "B") for c in real(run, shape, cpu)}
+    monkeypatch.setattr(job, "_read_outcomes", named)
+    argv = [*SMALL[:2], "0.5", *SMALL[3:]]  # one decode share: the tokens axis alone varies
+    out = tmp_path / "run"
+    first = invoke(*argv, "--max-cells", "3", "--out", out)
+    assert first.exit_code == 0, first.output
+    assert "cell budget (3 cells) ended" in first.output
+    second = invoke(*argv, "--max-cells", "20", "--resume", out)
+    assert second.exit_code == 0, second.output
+    rows = pd.read_csv(out / "results.csv")
+    assert not rows.duplicated(subset=[*CELL_COLUMNS, "backend", "strategy"]).any()
+    tokens = sorted(rows["cell_tokens"].unique())
+    assert tokens[0] == 4 and tokens[-1] == 16 and len(tokens) > 3
+    below, above = max(t for t in tokens if t < CROSS), min(t for t in tokens if t >= CROSS)
+    assert above - below <= 0.1 * (above + below) / 2 or above - below == 1
+    assert sorted(rows["round"].unique()) == list(range(rows["round"].max() + 1))
+    assert "every crossover is located" in second.output  # (the tables, made from the CPU's cells, name no winner)
