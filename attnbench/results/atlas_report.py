@@ -14,6 +14,7 @@ import pandas as pd
 from attnbench.kernels.atlas_axes import AXES, NAMES, TOLERANCE
 from attnbench.results.figures import CPU_MARK, where_it_ran
 
+MAX_LINES = 60  # crossovers listed in summary.md; crossovers.csv holds them all
 CPU_NOTE = ("the reference backend alone ran (on the CPU): its cells name no winner and give no verdict, so "
             "nothing is refined; the tables and pictures show the pipeline works")
 
@@ -58,11 +59,12 @@ def crossovers_section(crossovers: pd.DataFrame, ranges: list) -> list[str]:
               f"{' (tie)' if c['tie_high'] else ''}",
               ", ".join(f"{n} {_number(c[n])}" for n in varying if n != c["axis"])]
              for _, c in crossovers.sort_values(["axis", *varying]).iterrows()]
+    more = [f"{len(lines) - MAX_LINES} more in crossovers.csv.", ""] if len(lines) > MAX_LINES else []
     return ["## Crossovers", "", f"Edges between neighbouring cells whose winners differ: "
             + ", ".join(f"{n} {s}" for s, n in counts.items()) + f". located: the bracket is within "
             f"{TOLERANCE:.0%} of its middle; resolution: no value a batch holds lies between; open: the cell "
             "budget ended first; tie: both ends are ties, not refined.", "",
-            *_table(["axis", "bracket", "width %", "status", "winner low → high", "on"], lines), ""]
+            *_table(["axis", "bracket", "width %", "status", "winner low → high", "on"], lines[:MAX_LINES]), "", *more]
 
 
 def summary_text(cells: pd.DataFrame, crossovers: pd.DataFrame, ranges: list, rows: pd.DataFrame, stop: str,
