@@ -17,6 +17,7 @@ from typer.core import TyperGroup
 from attnbench.cli import calibrate, doctor, e2e, kernel, merge, replay, results, run, trace, verify
 from attnbench.cli import rule
 from attnbench.cli import ab
+from attnbench.cli import atlas
 from attnbench.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, print_error
 from attnbench.errors import AttnbenchError
 
@@ -101,7 +102,8 @@ for name, command, settings in [("kernel", kernel.kernel, None), ("backends", ke
                                 ("plot", results.plot, None), ("merge", merge.merge, None),
                                 ("verify", verify.verify, None), ("doctor", doctor.doctor, None),
                                 ("calibrate", calibrate.calibrate, PASS_THROUGH), ("replay", replay.replay, None),
-                                ("ab", ab.ab, PASS_THROUGH)]:
+                                ("ab", ab.ab, PASS_THROUGH),
+                                ("atlas", atlas.atlas, None)]:
     app.command(name, short_help=first_sentence(command), context_settings=settings)(command)
 app.add_typer(trace.app, name="trace", short_help="Step traces: convert, synthesize, summarize.")
 app.add_typer(rule.app, name="rule", short_help="Dispatch rules fitted on measured rows, judged by regret.")

@@ -23,7 +23,7 @@ app = typer.Typer(no_args_is_help=True, help="Dispatch rules fitted on measured 
 
 @app.command("fit")
 def fit(
-    runs: Annotated[list[Path], typer.Argument(help="Replay runs (results.csv, buckets.csv) or kernel sweep runs (results.csv). Example: runs/h200-replay", show_default=False)],
+    runs: Annotated[list[Path], typer.Argument(help="Replay runs (results.csv, buckets.csv), kernel sweep runs or atlas runs (results.csv). Example: runs/h200-atlas", show_default=False)],
     out: Annotated[Path, typer.Option(help="Directory for rule.json, rule.py, summary.md and the picture (new or empty). Example: --out rules/h200", show_default=False)],
     max_depth: Annotated[int, typer.Option(help="The tree's depth at most (1-8; shallow stays readable). Example: --max-depth 2")] = 3,
     folds: Annotated[int, typer.Option(help="Cross-validation folds over cells for the held-out regret (2-100). Example: --folds 10")] = 5,

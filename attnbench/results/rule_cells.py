@@ -1,7 +1,8 @@
 """Measured runs as cells: one batch in one mode, the time of every choice that passed on it.
 
-Why: a dispatch rule is fitted on what was measured, and both replay runs (a bucket of a trace's
-steps is one batch) and kernel sweeps (a sweep point is one batch) already hold a timing of every
+Why: a dispatch rule is fitted on what was measured, and replay runs (a bucket of a trace's steps
+is one batch), kernel sweeps (a sweep point is one batch) and atlases (a cell is one batch, its
+results.csv a kernel sweep's with the cell's coordinates before it) already hold a timing of every
 backend x strategy per batch. A cell is that batch; its choices are the backend x strategy rows
 that passed their check (a failed, skipped or erroring row is not a choice for that cell), each
 at its median time. Its features are what the rows carry about the batch and what a serving
@@ -20,6 +21,7 @@ import pandas as pd
 
 from attnbench.errors import AttnbenchError
 from attnbench.kernels.workload import SweepPoint
+from attnbench.results.atlas_cells import CELL_COLUMNS
 from attnbench.results.read import load_run
 from attnbench.results.replay import read_steps
 
@@ -93,7 +95,8 @@ def run_cells(path: Path, mode: str | None, number: int) -> tuple[pd.DataFrame, 
     cell = chosen[key].astype(str).agg("|".join, axis=1)
     long = chosen.assign(cell=f"{number}:" + cell, choice=chosen["backend"] + " " + chosen["strategy"])
     weights = _replay_weights(path, long) if replay else pd.Series(1.0, index=long["cell"].unique())
-    info = {"path": str(path), "kind": "replay" if replay else "kernel sweep", "mode": str(long["mode"].iloc[0]),
+    kind = "replay" if replay else "atlas" if {"round", *CELL_COLUMNS} <= set(rows.columns) else "kernel sweep"
+    info = {"path": str(path), "kind": kind, "mode": str(long["mode"].iloc[0]),
             "gpu": "cpu" if (long["device"].astype(str) == "cpu").all() else ", ".join(sorted(long["gpu"].astype(str).unique())),
             "trace": _trace_of(path) if replay else None}
     return long.assign(weight=long["cell"].map(weights)), info

@@ -66,7 +66,8 @@ def scopes(cells: Cells) -> dict[str, pd.Index]:
               for number, run in enumerate(cells.runs) if run["kind"] == "replay"}
     if len(cells.runs) == 1 and traces:  # one replay: its trace is all the cells
         return traces
-    return {"all cells": cells.times.index, **traces}
+    everything = "atlas cells" if all(run["kind"] == "atlas" for run in cells.runs) else "all cells"
+    return {everything: cells.times.index, **traces}
 
 
 def rule_json(tree: dict, cells: Cells, fit: dict, tables: dict[str, list[Line]]) -> dict:

@@ -1,0 +1,127 @@
+"""An atlas's pictures: winner maps over two axes at a time, and margin curves across its crossovers.
+
+Why these two: a map answers "who wins where" at a glance (colour = winner, shade = margin: pale
+where the two best are close, ties hatched); a curve across a crossover shows how sharp it is
+(each choice's time over the cell's best along the line through it, the bracket shaded). Titles,
+legend and save follow results/figures.py, so a PNG read alone names its GPU, libraries and mode,
+and a CPU run says it is a pipeline demo.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pandas as pd
+
+from attnbench.kernels.atlas_axes import AXES, BY_NAME, NAMES
+from attnbench.results.figures import PLAIN, Palette, finish, panels, settings_text, title
+
+MAX_PANELS = 9
+MAX_LABELLED = 40  # a panel of at most this many cells writes each cell's best time in it
+NO_WINNER = "no winner"
+
+
+def _scale(ax, name: str, values, which: str) -> None:
+    axis = BY_NAME[name]
+    setter = ax.set_xscale if which == "x" else ax.set_yscale
+    if axis.scale == "log":
+        setter("symlog", linthresh=1) if min(values) <= 0 else setter("log", base=2)
+        (ax.xaxis if which == "x" else ax.yaxis).set_major_formatter(PLAIN)
+    (ax.set_xlabel if which == "x" else ax.set_ylabel)(f"{name} ({axis.meaning})", fontsize=8)
+
+
+def _slices(cells: pd.DataFrame, others: list[str]) -> list[tuple]:
+    """The other varying axes' value combinations that hold more than one cell, at most MAX_PANELS, evenly picked."""
+    if not others:
+        return [()]
+    counts = cells.groupby(others).size()
+    found = [k if isinstance(k, tuple) else (k,) for k, n in counts.items() if n > 1]
+    step = max(1, -(-len(found) // MAX_PANELS))
+    return found[::step][:MAX_PANELS]
+
+
+def _shade(margin) -> float:
+    """Opacity from the margin: pale near 1.0, full at 1.5x and beyond."""
+    if margin is None or pd.isna(margin):
+        return 0.35
+    return float(min(1.0, max(0.25, (float(margin) - 1.0) / 0.5)))
+
+
+def map_figure(cells: pd.DataFrame, x: str, y: str, others: list[str], rows: pd.DataFrame, path: Path) -> Path:
+    colour = Palette()
+    slices = _slices(cells, others)
+    fig, axes = panels(len(slices), width=4.8, height=4.0)
+    for ax, values in zip(axes, slices):
+        part = cells
+        for name, value in zip(others, values):
+            part = part[part[name] == value]
+        best = part[[c for c in part.columns if c.endswith(" ms")]].astype(float).min(axis=1)
+        for line, fastest in zip(part.to_dict("records"), best):
+            winner = line["winner"] if isinstance(line["winner"], str) else NO_WINNER
+            face = "lightgray" if winner == NO_WINNER else colour(winner)
+            ax.scatter([line[x]], [line[y]], s=420, marker="s", color=face, alpha=_shade(line["margin"]),
+                       edgecolors="black" if line["tie"] is True else "none",
+                       hatch="////" if line["tie"] is True else None, linewidths=0.5, label=winner)
+            if len(part) <= MAX_LABELLED and pd.notna(fastest):
+                ax.annotate(f"{fastest:.3g}", (line[x], line[y]), fontsize=6, ha="center", va="center")
+        _scale(ax, x, part[x], "x")
+        _scale(ax, y, part[y], "y")
+        ax.set_title(", ".join(f"{n} {v:g}" for n, v in zip(others, values)) or "all cells", fontsize=8)
+    if (cells["tie"] == True).any():  # noqa: E712  (None: no verdict)
+        axes[0].scatter([], [], s=120, marker="s", color="white", edgecolors="black", hatch="////",
+                        label="tie (hatched)")
+    heading = title(f"Winner by {x} and {y}", rows, settings_text(rows, [("dtype", ""), ("mode", "")]),
+                    "colour: the fastest passing backend x strategy; shade: its margin (pale: second-best "
+                    "within a few %, full: 1.5x or more); number: the best time, ms")
+    return finish(fig, axes, heading, path)
+
+
+def _lines(cells: pd.DataFrame, crossovers: pd.DataFrame, varying: list[str]) -> list[tuple[str, dict]]:
+    """(axis, fixed coordinates) of each crossover's line, located ones first; with none, the line
+    along each varying axis through the first cell."""
+    if crossovers.empty:
+        first = cells.iloc[0]
+        return [(a, {n: first[n] for n in NAMES if n != a}) for a in varying]
+    ordered = crossovers.sort_values("status", key=lambda s: s != "located")
+    return [(c["axis"], {n: c[n] for n in NAMES if n != c["axis"]}) for _, c in ordered.iterrows()][:MAX_PANELS]
+
+
+def margin_figure(cells: pd.DataFrame, crossovers: pd.DataFrame, varying: list[str], rows: pd.DataFrame,
+                  path: Path) -> Path:
+    choices = [c[:-3] for c in cells.columns if c.endswith(" ms")]
+    colour = Palette()
+    lines = _lines(cells, crossovers, varying)
+    fig, axes = panels(len(lines), width=4.8, height=3.6)
+    for ax, (axis, fixed) in zip(axes, lines):
+        line = cells
+        for name, value in fixed.items():
+            line = line[line[name] == value]
+        line = line.sort_values(axis)
+        times = line[[f"{c} ms" for c in choices]].astype(float)
+        best = times.min(axis=1)
+        for choice in choices:
+            ax.plot(line[axis], times[f"{choice} ms"] / best, marker="o", markersize=3, color=colour(choice),
+                    label=choice)
+        for _, edge in crossovers[crossovers["axis"] == axis].iterrows():
+            if all(edge[n] == v for n, v in fixed.items()):
+                ax.axvspan(edge["low"], edge["high"], color="gold", alpha=0.4)
+        _scale(ax, axis, line[axis], "x")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_ylabel("time over the cell's best", fontsize=8)
+        ax.set_title(", ".join(f"{n} {v:g}" for n, v in fixed.items() if n in varying) or axis, fontsize=8)
+    note = "gold: the bracket a crossover lies in" if not crossovers.empty else "no crossover: lines along each axis"
+    heading = title("Each choice over the best, across the crossovers", rows,
+                    settings_text(rows, [("dtype", ""), ("mode", "")]), note)
+    return finish(fig, axes, heading, path)
+
+
+def plot_atlas(cells: pd.DataFrame, crossovers: pd.DataFrame, ranges: list, rows: pd.DataFrame,
+               out_dir: Path) -> list[Path]:
+    """atlas_map_<x>_<y>.png for every pair of varying axes (one axis alone: against tokens or the
+    first fixed axis), and atlas_margins.png."""
+    varying = [a.name for a, r in zip(AXES, ranges) if r.varies]
+    pairs = list(itertools.combinations(varying, 2)) or [(varying[0], next(n for n in NAMES if n != varying[0]))]
+    paths = [map_figure(cells, x, y, [n for n in varying if n not in (x, y)], rows, out_dir / f"atlas_map_{x}_{y}.png")
+             for x, y in pairs]
+    return paths + [margin_figure(cells, crossovers, varying, rows, out_dir / "atlas_margins.png")]
