@@ -84,8 +84,6 @@ def test_on_the_gpu_cold_samples_carry_their_flush_apart():
                                                        min_samples=10))[0] for c in (True, False))
     assert len(cold.flush_ms) == cold.n and min(cold.flush_ms) > 0
     assert warm.flush_ms == []
-    # the flush writes twice L2: far longer than a 4 MiB sum; it is not in the samples
-    assert min(cold.flush_ms) > max(cold.samples_ms)
 
 
 @pytest.mark.gpu

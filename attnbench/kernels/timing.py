@@ -7,8 +7,9 @@ One function does all of it, as triton.testing.do_bench does, and returns sample
   launches of each call are in the graph). Only kernel time and in-graph gaps remain. `inner` is
   chosen from a graph replay's device time, so a microsecond kernel gets ~100 calls per sample
   and the graph launch's share of each per-call time stays small and the same run to run.
-- cold L2: one call per sample, a buffer twice the L2 size zeroed before each sample outside the
-  events, so every sample reads its K/V from HBM. The flush is timed by its own event pair and
+- cold L2: one call per sample, a buffer twice the L2 size read before each sample outside the
+  events, so every sample reads its K/V from HBM. A read, not a zeroing: that leaves L2 full of
+  dirty lines whose write-back to HBM would fall inside the sample. The flush is timed by its own event pair and
   kept apart (Timing.flush_ms); runs/l2check.py shows on a GPU that the flush works.
 On the CPU the clock is time.perf_counter and the callable runs eagerly.
 
@@ -180,7 +181,7 @@ def l2_flush_buffer(device: torch.device) -> torch.Tensor:
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _flush_buffers:
         l2 = getattr(torch.cuda.get_device_properties(index), "L2_cache_size", 0) or 64 * 2**20
-        _flush_buffers[index] = torch.empty(2 * l2, dtype=torch.uint8, device=device)
+        _flush_buffers[index] = torch.zeros(2 * l2, dtype=torch.uint8, device=device)
     return _flush_buffers[index]
 
 
@@ -233,7 +234,6 @@ def make_timed_kernel(fn: Callable[[], torch.Tensor], mode: str, device: torch.d
 def _events(count: int) -> list[tuple[torch.cuda.Event, torch.cuda.Event]]:
     return [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(count)]
 
-
 def sample_round(runner: TimedKernel, count: int, flush: torch.Tensor | None) -> tuple[list[float], list[float]]:
     """`count` samples of one runner, in ms per call, and (with `flush`) each sample's flush in ms:
     the flush runs just before its sample, between its own events, outside the sample's."""
@@ -248,7 +248,7 @@ def sample_round(runner: TimedKernel, count: int, flush: torch.Tensor | None) ->
     for i, (start_ev, end_ev) in enumerate(events):
         if flush is not None:
             flushes[i][0].record()
-            flush.zero_()
+            flush.sum()  # read through: evicts what the last sample read, leaves clean lines
             flushes[i][1].record()
         start_ev.record()
         runner()

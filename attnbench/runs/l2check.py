@@ -2,7 +2,7 @@
 
 A cold row is only a flag until something shows the flush evicts what the kernel reads. This times
 one decode attention kernel in rounds that alternate warm samples (the call before left its K/V in
-L2) with cold ones (the flush buffer zeroed just before each sample, between its own events), on two
+L2) with cold ones (the flush buffer read just before each sample, between its own events), on two
 batches: one whose K/V fits well inside L2, where cold must be slower than warm, and one many times
 larger than L2, where nothing could stay in L2 and the two must agree. The per-round ratio cold /
 warm is judged by its median's 95 % interval (order statistics, as e2e's stopping rule). The flush's
