@@ -25,8 +25,8 @@ from rich.console import Console
 
 from attnbench.console import default_out_dir, progress
 from attnbench.device import device_name, point_timeout_s, resolve_device
-from attnbench.e2e.args import (E2EArgs, check_counts, cpu_line, length_pairs, run_backends, validate_args,
-                                with_device_defaults)
+from attnbench.e2e.args import (E2EArgs, check_backends, check_counts, cpu_line, length_pairs, run_backends,
+                                validate_args, with_device_defaults)
 from attnbench.e2e.engine import estimate_bytes
 from attnbench.e2e.modes import GraphChoice, GraphMode, choose_graphs, cudagraph_of
 from attnbench.e2e.model import ModelArgs, fused
@@ -147,11 +147,7 @@ def check_setup(args: E2EArgs, margs: ModelArgs, path: Path | None, pairs: list[
                          f"{margs.max_positions} positions")
     point = attention_point(rank_args(margs, tp.size), dtype_name, args.block_size)  # what one rank holds
     backends, left_out = run_backends(args, device)
-    for b in backends:
-        for strategy in args.strategy:  # every backend runs every strategy: e2e rows are compared pairwise
-            reason = get_backend(b).supports(point, strategy, device)
-            if reason:
-                raise UsageError(reason if reason.startswith("--") else f"--backend: {b} cannot run {margs.name} here: {reason}")
+    check_backends(args, margs, point, backends, device)
     max_bs = max(args.batch_size)
     none_by = "--eager" if args.eager else "--cudagraph none"
     choices = {b: choose_graphs(get_backend(b), cudagraph_of(args), device.type, max_bs, margs.n_layer,
