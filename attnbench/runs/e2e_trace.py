@@ -135,14 +135,14 @@ def run_trace(args: E2EArgs, console: Console, command: list[str]) -> Path:
     device = resolve_device(args.device)
     args, scaled = with_trace_defaults(args, device.type)
     trace = read_trace(args.trace, args.max_requests)
-    if scaled:
-        console.print(cpu_run_line(f"a pipeline demo on reference attention serving the trace's first "
-                                   f"{len(trace.requests)} requests, no verdicts", scaled),
-                      highlight=False, soft_wrap=True)
     setup = trace_setup(args, trace, device)
     gpu = device_name(device)
     run = RunDir.claim(args.out, None, args.force, default_out_dir(gpu or "cpu", "e2e-trace"))
-    with run.locked():
+    with run.locked():  # every refusal is behind: from here on the run speaks
+        if scaled:
+            console.print(cpu_run_line(f"a pipeline demo on reference attention serving the trace's first "
+                                       f"{len(trace.requests)} requests, no verdicts", scaled),
+                          highlight=False, soft_wrap=True)
         env = trace_env(setup, command)
         run.write_env(env)
         console.print(f"{setup.margs.name} on {gpu or 'cpu'} serving {len(trace.requests)} requests of {trace.path} "
