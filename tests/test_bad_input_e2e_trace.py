@@ -21,25 +21,30 @@ CONFLICTS = [
 ]
 VALUES = [
     (("--arrivals", "poisson"), "--arrivals"), (("--arrivals", ""), "--arrivals"),
-    (("--max-requests", "0"), "--max-requests"), (("--max-requests", "-3"), "--max-requests"),
-    (("--max-requests", "1000001"), "--max-requests"), (("--max-requests", "x"), "--max-requests"),
-    (("--max-num-seqs", "0"), "--max-num-seqs"), (("--max-num-seqs", "4097"), "--max-num-seqs"),
+    *[(("--max-requests", v), "--max-requests") for v in ("0", "-3", "1000001", "x")],
+    *[(("--max-num-seqs", v), "--max-num-seqs") for v in ("0", "4097")],
     (("--model", "nope"), "nope"), (("--strategy", "fused2"), "--strategy"),
 ]
 WITHOUT_TRACE = [("--arrivals", "all-at-once"), ("--max-requests", "3"), ("--max-num-seqs", "4")]
+
+
+def request(**changes) -> bytes:
+    """One timed-trace line: a good request with `changes` (None: the field left out)."""
+    fields = {"timestamp": 0, "input_length": 6, "output_length": 2, **changes}
+    return json.dumps({k: v for k, v in fields.items() if v is not None}).encode() + b"\n"
+
+
+CSV_HEAD = b"Timestamp,Request tokens,Response tokens\n"
 FILES = [  # (file name, its bytes, what the one line names)
-    ("t.jsonl", b"", "is empty"),
-    ("t.jsonl", b'{"timestamp": 0, "input_length": 6, "output_length": 2}\nnot json\n', "t.jsonl:2"),
-    ("t.jsonl", b'{"timestamp": 0, "input_length": 6}\n', "t.jsonl:1: output_length"),
-    ("t.jsonl", b'{"timestamp": -1, "input_length": 6, "output_length": 2}\n', "t.jsonl:1: timestamp"),
-    ("t.jsonl", b'{"timestamp": 0, "input_length": 0, "output_length": 2}\n', "t.jsonl:1: input_length"),
-    ("t.jsonl", b'{"timestamp": 0, "input_length": "6", "output_length": 2}\n', "t.jsonl:1: input_length"),
-    ("t.jsonl", b'[1, 2]\n', "t.jsonl:1"),
-    ("t.jsonl", b'\xff\xfe\n', "t.jsonl:1"),
-    ("t.jsonl", b'{"timestamp": 0, "input_length": 5000, "output_length": 2}\n', "4096 positions"),
+    ("t.jsonl", b"", "is empty"), ("t.jsonl", request() + b"not json\n", "t.jsonl:2"),
+    ("t.jsonl", request(output_length=None), "t.jsonl:1: output_length"),
+    ("t.jsonl", request(timestamp=-1), "t.jsonl:1: timestamp"),
+    ("t.jsonl", request(input_length=0), "t.jsonl:1: input_length"),
+    ("t.jsonl", request(input_length="6"), "t.jsonl:1: input_length"),
+    ("t.jsonl", b"[1, 2]\n", "t.jsonl:1"), ("t.jsonl", b"\xff\xfe\n", "t.jsonl:1"),
+    ("t.jsonl", request(input_length=5000), "4096 positions"),
     ("t.csv", b"Timestamp,Request tokens\n0,5\n", "Response tokens"),
-    ("t.csv", b"Timestamp,Request tokens,Response tokens\n0,five,2\n", "t.csv:2: Request tokens"),
-    ("t.csv", b"Timestamp,Request tokens,Response tokens\n0,5,0\n", "holds no request"),
+    ("t.csv", CSV_HEAD + b"0,five,2\n", "t.csv:2: Request tokens"), ("t.csv", CSV_HEAD + b"0,5,0\n", "holds no request"),
 ]
 
 

@@ -48,7 +48,7 @@ from attnbench.runs.e2e_plan import Eta, duration, plan_line
 from attnbench.runs.resume import check_foreign, check_resume, sweep_record
 from attnbench.results.tables import format_params
 from attnbench.runs.kernel import dead_context
-from attnbench.runs.e2e_files import KEY, point_key, previous_agreements, save_rows
+from attnbench.runs.e2e_files import KEY, model_env, point_key, previous_agreements, save_rows
 from attnbench.runs.rundir import RunDir
 from attnbench.workers import pool
 from attnbench.workers.isolated_e2e import Measure, isolated_points
@@ -167,10 +167,8 @@ def run_env(setup: Setup, command: list[str]) -> dict:
     """env.json: the machine and software, and the model and settings of this run."""
     args, margs = setup.args, setup.margs
     env = collect(command)
-    env["e2e"] = {"model": margs.name, "model_args": dict(vars(margs)), "params_b": margs.num_params / 1e9,
-                  "weights": f"checkpoint {setup.path}" if setup.path else f"random (seed {args.seed})",
-                  "dtype": setup.dtype_name, "block_size": args.block_size, "chunk_size": args.chunk_size,
-                  "max_model_len": setup.max_model_len, "warmup": args.warmup, "iters": args.iters,
+    env["e2e"] = {**model_env(margs, setup.path, args, setup.dtype_name, setup.max_model_len),
+                  "warmup": args.warmup, "iters": args.iters,
                   "min_iters": args.stopping.min_runs, "precision": args.precision,
                   "tp": describe(setup.tp), "attention_per_rank": {k: getattr(setup.point, k) for k in PER_RANK},
                   "memory_estimate_gib": {k: round(v / GiB, 3) for k, v in setup.parts.items()},

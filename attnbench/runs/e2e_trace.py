@@ -40,6 +40,7 @@ from attnbench.kernels.sweep import failure_verdict
 from attnbench.kernels.workload import DTYPE_ALIASES
 from attnbench.results.e2e_trace_report import write_trace_outputs
 from attnbench.results.env import collect
+from attnbench.runs.e2e_files import model_env
 from attnbench.runs.resume import sweep_record
 from attnbench.runs.rundir import RunDir
 from attnbench.traces.requests import TimedRequest, read_burstgpt, read_timed
@@ -161,10 +162,8 @@ def trace_env(setup: TraceSetup, command: list[str]) -> dict:
     """env.json: the machine, the model and settings, and the trace (path, format, sha256, counts)."""
     args, margs = setup.args, setup.margs
     env = collect(command)
-    env["e2e"] = {"model": margs.name, "model_args": dict(vars(margs)), "params_b": margs.num_params / 1e9,
-                  "weights": f"checkpoint {setup.path}" if setup.path else f"random (seed {args.seed})",
-                  "dtype": setup.dtype_name, "block_size": args.block_size, "chunk_size": args.chunk_size,
-                  "max_model_len": setup.max_model_len, "max_num_seqs": setup.max_num_seqs,
+    env["e2e"] = {**model_env(margs, setup.path, args, setup.dtype_name, setup.max_model_len),
+                  "max_num_seqs": setup.max_num_seqs,
                   "memory_estimate_gib": {k: round(v / 2**30, 3) for k, v in setup.parts.items()},
                   "graphs": {b: c.note for b, c in setup.choices.items()}, "cudagraph": cudagraph_of(args).value,
                   "graph_policy": args.graph_policy}
