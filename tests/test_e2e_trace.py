@@ -180,3 +180,27 @@ def test_all_at_once_and_a_burstgpt_csv(tmp_path):
     assert list(requests["arrival_s"]) == [0.0, 0.0] and list(requests["output_len"]) == [2, 3]
     env = json.loads((out / "env.json").read_text())
     assert env["trace"]["format"] == "BurstGPT CSV" and env["trace"]["skipped_no_response"] == 1
+
+
+def test_ctrl_c_keeps_what_was_served(tmp_path, monkeypatch):
+    import pandas as pd
+    from bad_input_cli import invoke
+
+    from attnbench.runs import e2e_trace
+
+    calls = []
+
+    def serve_then_stop(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the CPU serves once per choice: split's serve is interrupted
+            raise KeyboardInterrupt
+        return serve(*args, **kwargs)
+
+    monkeypatch.setattr(e2e_trace, "serve", serve_then_stop)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"timestamp": 0, "input_length": 5, "output_length": 2}) + "\n")
+    out = tmp_path / "run"
+    result = invoke("e2e", "--trace", trace, "--device", "cpu", "--out", out)
+    assert result.exit_code == 130 and "interrupted by SIGINT after 1 of 2" in result.stderr
+    assert list(pd.read_csv(out / "trace.csv")["strategy"]) == ["unified"]
+    assert (out / "requests.csv").is_file() and (out / "summary.md").is_file()

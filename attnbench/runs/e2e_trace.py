@@ -31,7 +31,8 @@ from attnbench.e2e.presets import GPU_DEFAULTS
 from attnbench.e2e.runner import ModelSpec, attention_point, check_fits, resolve_model, row_head
 from attnbench.e2e.serve_metrics import request_row, summarize
 from attnbench.e2e.serving import Served, serve, trace_prompts
-from attnbench.errors import AttnbenchError, UsageError, error_reason
+from attnbench.errors import AttnbenchError, Interrupted, UsageError, error_reason
+from attnbench.interrupts import SignalReceived, signal_of, signals_raise
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.notices import cpu_run_line
@@ -151,8 +152,19 @@ def run_trace(args: E2EArgs, console: Console, command: list[str]) -> Path:
                       highlight=False, soft_wrap=True)
         if setup.left_out:
             console.print(setup.left_out, highlight=False, soft_wrap=True)
-        rows, requests, agreements = serve_choices(setup, console)
-        write_trace_outputs(run, rows, requests, agreements, env, console)
+        rows, requests, agreements, stopped = [], [], [], None
+        try:
+            with signals_raise():
+                serve_choices(setup, console, rows, requests, agreements)
+        except (KeyboardInterrupt, SignalReceived) as exc:  # what was served is kept
+            stopped = exc
+        if rows:
+            write_trace_outputs(run, rows, requests, agreements, env, console)
+    if stopped is not None:
+        name, number = signal_of(stopped)
+        total = len(setup.backends) * len(args.strategy)
+        raise Interrupted(f"interrupted by {name} after {len(rows)} of {total} backend x strategy serves; {run.path} "
+                          "holds what was served", number)
     if not any(r["verdict"] in ("pass", "fail") for r in rows):
         raise AttnbenchError(f"no backend x strategy served the trace; the reasons are in {run.path}/trace.csv")
     return run.path
@@ -173,8 +185,10 @@ def trace_env(setup: TraceSetup, command: list[str]) -> dict:
     return env
 
 
-def serve_choices(setup: TraceSetup, console: Console) -> tuple[list[dict], list[dict], list[dict]]:
-    """Every backend x strategy: check serves, then measured serves; (rows, per-request rows, agreements)."""
+def serve_choices(setup: TraceSetup, console: Console, rows: list[dict], request_rows: list[dict],
+                  agreements: list[dict]) -> None:
+    """Every backend x strategy: check serves, then measured serves, each row, its requests' rows and
+    the agreements added as they come (an interrupted run keeps what was served)."""
     args, reqs = setup.args, setup.trace.requests
     spec = ModelSpec(setup.margs, setup.path, setup.dtype_name, setup.device, args.seed, setup.max_num_seqs,
                      setup.max_model_len, args.block_size, args.chunk_size)
@@ -184,7 +198,6 @@ def serve_choices(setup: TraceSetup, console: Console) -> tuple[list[dict], list
     base = {"model": setup.margs.name, "params_b": round(setup.margs.num_params / 1e9, 6), "dtype": setup.dtype_name,
             "block_size": args.block_size, "chunk_size": args.chunk_size or 0, "device": setup.device.type,
             "gpu": device_name(setup.device) or "cpu", "arrivals": args.arrivals, "max_num_seqs": setup.max_num_seqs}
-    rows, request_rows, agreements = [], [], []
     for backend, choice in setup.choices.items():
         heads = {s: row_head(base, backend, s, choice, args.graph_policy) for s in args.strategy}
         checks: dict[str, Served] = {}
@@ -203,7 +216,6 @@ def serve_choices(setup: TraceSetup, console: Console) -> tuple[list[dict], list
             console.print(progress_line(head), highlight=False, soft_wrap=True)
         agreements += strategy_agreements(backend, choice, checks, heads)
         checks.clear()  # free the recorded logits before the next backend
-    return rows, request_rows, agreements
 
 
 def measure(engine: Engine, head: dict, checks: dict[str, Served], arrivals: list[float], prompts: list,
