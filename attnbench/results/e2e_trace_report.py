@@ -25,7 +25,7 @@ DEFINITIONS = ("TTFT: first token - arrival; TPOT: (E2EL - TTFT) / (output token
                "arrival; percentiles by linear interpolation; throughput over the duration, start to last token "
                "(vLLM's benchmarks/serve.py definitions)")
 ONE_SERVE = ("one measured serve per choice (on a GPU after an untimed check serve): no interval, so no choice is called "
-             "faster; a difference of a few % is within what a second serve may move")
+             "faster; how far a second serve would move the numbers is not measured here (run the command twice)")
 SHOWN = {"backend": "backend", "strategy": "strategy", "mode": "mode", "requests": "requests",
          "duration_s": "duration s", "request_throughput": "req/s", "output_throughput": "out tok/s",
          "ttft_p50_ms": "TTFT p50 ms", "ttft_p99_ms": "TTFT p99 ms", "tpot_p50_ms": "TPOT p50 ms",
