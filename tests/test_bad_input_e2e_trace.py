@@ -23,9 +23,9 @@ VALUES = [
     (("--arrivals", "poisson"), "--arrivals"), (("--arrivals", ""), "--arrivals"),
     *[(("--max-requests", v), "--max-requests") for v in ("0", "-3", "1000001", "x")],
     *[(("--max-num-seqs", v), "--max-num-seqs") for v in ("0", "4097")],
-    (("--model", "nope"), "nope"), (("--strategy", "fused2"), "--strategy"),
+    (("--time-unit", "us"), "--time-unit"), (("--time-unit", ""), "--time-unit"), (("--model", "nope"), "nope"), (("--strategy", "fused2"), "--strategy"),
 ]
-WITHOUT_TRACE = [("--arrivals", "all-at-once"), ("--max-requests", "3"), ("--max-num-seqs", "4")]
+WITHOUT_TRACE = [("--arrivals", "all-at-once"), ("--time-unit", "ms"), ("--max-requests", "3"), ("--max-num-seqs", "4")]
 
 
 def request(**changes) -> bytes:
@@ -92,6 +92,13 @@ def test_a_bad_trace_file_is_one_line_naming_it(name, data, named, tmp_path):
     path.write_bytes(data)
     line = assert_one_error_line(e2e("--trace", path, "--out", out), named)
     assert str(tmp_path) in line and path.read_bytes() == data and not out.exists()
+
+
+def test_a_time_unit_a_burstgpt_csv_cannot_have_is_refused(tmp_path):
+    path, out = tmp_path / "b.csv", tmp_path / "out"
+    path.write_bytes(CSV_HEAD + b"0,5,2\n")
+    assert_one_error_line(e2e("--trace", path, "--time-unit", "ms", "--out", out), "--time-unit ms")
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("make", ["missing", "directory"])

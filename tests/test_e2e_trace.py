@@ -167,6 +167,17 @@ def test_the_command_writes_every_file(tmp_path):
     assert "faster" not in (out / "summary.md").read_text().replace("called faster", "")
 
 
+def test_millisecond_timestamps_are_read_as_such(tmp_path):
+    from attnbench.runs.e2e_trace import read_trace
+
+    trace = tmp_path / "m.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": t, "input_length": 4, "output_length": 2}) + "\n"
+                             for t in (1000, 1250, 3000)))
+    read = read_trace(trace, 2, "ms")
+    assert [r.arrival for r in read.requests] == [0.0, 0.25] and read.in_file == 3
+    assert read.format.endswith("(ms)")
+
+
 def test_all_at_once_and_a_burstgpt_csv(tmp_path):
     import pandas as pd
     from bad_input_cli import invoke

@@ -23,6 +23,7 @@ from attnbench.errors import UsageError, check_choices, check_unique
 from attnbench.kernels.backends.registry import get_backend, resolve_backends
 from attnbench.kernels.notices import cpu_run_line
 from attnbench.traces.requests import MAX_REQUESTS as MAX_TRACE_REQUESTS
+from attnbench.traces.requests import TIME_UNITS
 from attnbench.kernels.workload import DEFAULT_STRATEGIES, DTYPE_ALIASES, MAX_BLOCK_SIZE, MAX_SEED, MAX_TOKENS, STRATEGIES
 
 MAX_RUNS = 10_000  # warm-up and measured runs per row, each
@@ -60,6 +61,7 @@ class E2EArgs:
     tp: int = 1  # --tp N: tensor-parallel ranks, one process each under torchrun (attnbench.e2e.parallel)
     trace: Path | None = None  # --trace FILE: serve a request trace (runs/e2e_trace.py) instead of the grid
     arrivals: str = "trace"  # --arrivals trace|all-at-once
+    time_unit: str = "s"  # --time-unit s|ms: a timed trace's timestamps
     max_requests: int | None = None  # --max-requests N: the trace's first N requests
     max_num_seqs: int | None = None  # --max-num-seqs N: most requests running at once under --trace
 
@@ -161,7 +163,7 @@ def validate_args(args: E2EArgs) -> None:
 
 
 ARRIVALS = ("trace", "all-at-once")
-TRACE_ONLY = ("arrivals", "max_requests", "max_num_seqs")
+TRACE_ONLY = ("arrivals", "time_unit", "max_requests", "max_num_seqs")
 GRID_ONLY = ("input_len", "output_len", "batch_size", "warmup", "iters", "min_iters", "resume", "isolate",
              "point_timeout", "profile")
 
@@ -183,6 +185,8 @@ def check_trace_flags(args: E2EArgs) -> None:
                          "(its requests' lengths come from the file; no grid, stopping rule, resume, workers or TP)")
     if args.arrivals not in ARRIVALS:
         raise UsageError(f"--arrivals: expected {' or '.join(ARRIVALS)}, got {args.arrivals!r}")
+    if args.time_unit not in TIME_UNITS:
+        raise UsageError(f"--time-unit: expected {' or '.join(TIME_UNITS)}, got {args.time_unit!r}")
     for name, value, high in (("--max-requests", args.max_requests, MAX_TRACE_REQUESTS),
                               ("--max-num-seqs", args.max_num_seqs, 4096)):
         if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= high):

@@ -68,14 +68,16 @@ class RequestTrace:
                 "prefix_length_ignored": sum(r.prefix_len > 0 for r in self.requests)}
 
 
-def read_trace(path: Path, max_requests: int | None) -> RequestTrace:
+def read_trace(path: Path, max_requests: int | None, time_unit: str = "s") -> RequestTrace:
     """A request trace, by its suffix: `.csv` a BurstGPT CSV, anything else vLLM's timed trace JSON
-    Lines; every refusal is the reader's one line naming the file, line and field."""
+    Lines (timestamps in `time_unit`); every refusal is the reader's one line naming the file, line and field."""
     path = Path(path)
     if path.suffix.lower() == ".csv":
+        if time_unit != "s":
+            raise UsageError(f"--time-unit {time_unit}: {path} is read as a BurstGPT CSV, whose timestamps are seconds")
         requests, skipped, kind = *read_burstgpt(path), "BurstGPT CSV"
     else:
-        requests, skipped, kind = read_timed(path), 0, "vLLM timed trace JSON Lines"
+        requests, skipped, kind = read_timed(path, time_unit), 0, f"vLLM timed trace JSON Lines ({time_unit})"
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     return RequestTrace(path, kind, digest, len(requests), skipped, requests[:max_requests])
 
@@ -136,7 +138,7 @@ def run_trace(args: E2EArgs, console: Console, command: list[str]) -> Path:
     validate_args(args)
     device = resolve_device(args.device)
     args, scaled = with_trace_defaults(args, device.type)
-    trace = read_trace(args.trace, args.max_requests)
+    trace = read_trace(args.trace, args.max_requests, args.time_unit)
     setup = trace_setup(args, trace, device)
     gpu = device_name(device)
     run = RunDir.claim(args.out, None, args.force, default_out_dir(gpu or "cpu", "e2e-trace"))
