@@ -149,9 +149,11 @@ def run_trace(args: E2EArgs, console: Console, command: list[str]) -> Path:
                           highlight=False, soft_wrap=True)
         env = trace_env(setup, command)
         run.write_env(env)
+        serves = "1 untimed check serve and 1 measured" if device.type == "cuda" else "1 measured serve"
         console.print(f"{setup.margs.name} on {gpu or 'cpu'} serving {len(trace.requests)} requests of {trace.path} "
-                      f"({args.arrivals} arrivals, at most {setup.max_num_seqs} running) -> {run.path}",
-                      highlight=False, soft_wrap=True)
+                      f"({args.arrivals} arrivals over {max(setup.arrivals):.3g} s, at most {setup.max_num_seqs} "
+                      f"running) -> {run.path}; plan: {len(setup.backends)} backend(s) x {len(args.strategy)} "
+                      f"strategies, each {serves}", highlight=False, soft_wrap=True)
         if setup.left_out:
             console.print(setup.left_out, highlight=False, soft_wrap=True)
         rows, requests, agreements, stopped = [], [], [], None
