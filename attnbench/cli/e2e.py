@@ -46,6 +46,11 @@ def e2e(
     resume: Annotated[Optional[Path], options.resume("e2e")] = None,
     isolate: Annotated[bool, options.isolate("(input len, output len, batch size) point", "; a worker builds the model once and is reused while healthy", "kills the CUDA context becomes timeout / crashed rows")] = False,
     point_timeout: Annotated[Optional[float], options.point_timeout("--isolate", "default 600 on a GPU, 120 on the CPU", "; a worker's start, model build included, gets at least 120 s")] = None,
+    trace: Annotated[Optional[Path], typer.Option(help="Serve a request trace instead of the grid: vLLM's timed trace JSON Lines (timestamp, input_length, output_length) or a BurstGPT CSV (*.csv); each request's prompt and output length from it (EOS ignored), and TTFT, TPOT, ITL and E2E latency percentiles per backend x strategy, as vllm bench serve reports them (docs/guides/e2e.md). Example: --trace scenarios/traces/chat-high.requests.jsonl")] = None,
+    arrivals: Annotated[str, typer.Option(help="With --trace: trace (each request joins when its timestamp has passed, on the wall clock since serving began) or all-at-once (every request at 0). Example: --arrivals all-at-once")] = "trace",
+    time_unit: Annotated[str, typer.Option(help="With --trace: the unit of a timed trace's timestamps, s or ms (Mooncake-style traces); a BurstGPT CSV's are seconds. Example: --time-unit ms")] = "s",
+    max_requests: Annotated[Optional[int], typer.Option(help="With --trace: serve only its first N requests (by arrival); default all on a GPU, 2 on the CPU. Example: --max-requests 40")] = None,
+    max_num_seqs: Annotated[Optional[int], typer.Option(help="With --trace: the most requests running at once (vLLM's max_num_seqs); later ones wait. Default: every request served, up to 128. Example: --max-num-seqs 64")] = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel ranks, one process per GPU under torchrun: each holds n_heads/N query and n_kv_heads/N KV heads (its attention shape), its share of the MLP and its KV heads' cache; rank 0 writes the results. Example: python -m torch.distributed.run --nproc-per-node 2 -m attnbench e2e --model llama-2-70b --tp 2")] = 1,
 ) -> None:
     """Request latency of a whole model, unified vs split attention: p50/p90/p99 request latency,
@@ -62,7 +67,8 @@ def e2e(
     attnbench e2e --model ./checkpoints/my-llama --eager;
     attnbench e2e --model llama-7b --chunk-size 256 --cudagraph full;
     attnbench e2e --model llama-7b --chunk-size 256 --cudagraph piecewise;
-    python -m torch.distributed.run --nproc-per-node 2 -m attnbench e2e --model llama-2-70b --tp 2
+    python -m torch.distributed.run --nproc-per-node 2 -m attnbench e2e --model llama-2-70b --tp 2;
+    attnbench e2e --model llama-3-8b --trace scenarios/traces/chat-high.requests.jsonl --chunk-size 2048
     """
     from attnbench.e2e.args import E2EArgs
 
@@ -73,9 +79,10 @@ def start_e2e(args: E2EArgs) -> None:
     """Run an e2e job for `attnbench e2e` or an e2e scenario."""
     from attnbench.e2e.parallel import exit_now, teardown_code
     from attnbench.runs.e2e import run_e2e
+    from attnbench.runs.e2e_trace import run_trace
 
     console = make_console()
     with user_errors(console):
-        run_e2e(args, console, command=command_line())
+        (run_trace if args.trace is not None else run_e2e)(args, console, command=command_line())
     if args.tp > 1:  # every rank's files are written: skip a teardown that can abort (parallel.exit_now)
         exit_now(teardown_code())

@@ -42,19 +42,24 @@ class Agreement:
         return asdict(self)
 
 
-def compare_generations(ref_tokens: list[list[int]], ref_logits: torch.Tensor, tokens: list[list[int]],
-                 logits: torch.Tensor, tolerance: float = LOGIT_TOLERANCE) -> Agreement:
-    """Agreement of a run with a reference run; logits are [request, step, vocab]."""
-    ref_t, other_t = torch.tensor(ref_tokens), torch.tensor(tokens)
+def compare_generations(ref_tokens: list[list[int]], ref_logits, tokens: list[list[int]], logits,
+                        tolerance: float = LOGIT_TOLERANCE) -> Agreement:
+    """Agreement of a run with a reference run. logits: [request, step, vocab], or one [steps, vocab]
+    tensor per request where requests generate different counts (a request trace); a request's
+    tokens are as many as its logits' steps, the same in both runs."""
+    lengths = torch.tensor([len(t) for t in ref_tokens])
+    steps = int(lengths.max())
+    pad = lambda rows: torch.tensor([list(t) + [-1] * (steps - len(t)) for t in rows])  # noqa: E731  equal padding
+    ref_t, other_t = pad(ref_tokens), pad(tokens)
     differ = ref_t != other_t
-    steps = ref_t.shape[1]
     first = torch.where(differ.any(dim=1), differ.int().argmax(dim=1), torch.full_like(differ[:, 0], steps, dtype=torch.long))
-    finite = bool(torch.isfinite(ref_logits).all()) and bool(torch.isfinite(logits).all())
+    finite = all(bool(torch.isfinite(ref_logits[r]).all()) and bool(torch.isfinite(logits[r]).all())
+                 for r in range(len(ref_tokens)))
     max_diff, sum_sq, count = 0.0, 0.0, 0
     for r in range(ref_t.shape[0]):  # one request at a time: float32 [steps, vocab] stays small
-        same = int(min(first[r], steps - 1)) + 1
-        ref = ref_logits[r, :same].float()
-        max_diff = max(max_diff, float((ref - logits[r, :same].float()).abs().max()))
+        same = int(min(first[r], lengths[r] - 1)) + 1
+        ref = ref_logits[r][:same].float()
+        max_diff = max(max_diff, float((ref - logits[r][:same].float()).abs().max()))
         sum_sq += float(((ref - ref.mean(dim=-1, keepdim=True)) ** 2).mean(dim=-1).sum())
         count += same
     scale = math.sqrt(sum_sq / count) if count else math.nan
@@ -63,14 +68,15 @@ def compare_generations(ref_tokens: list[list[int]], ref_logits: torch.Tensor, t
         r = int(torch.argmin(first * ref_t.shape[0] + torch.arange(ref_t.shape[0])))  # earliest step, then request
         s = int(first[r])
         where = f"request {r} step {s}"
-        margin = float(ref_logits[r, s, int(ref_t[r, s])].float() - ref_logits[r, s, int(other_t[r, s])].float())
+        margin = float(ref_logits[r][s, int(ref_t[r, s])].float() - ref_logits[r][s, int(other_t[r, s])].float())
     if not finite:
         verdict = "non-finite"
     elif not max_diff <= tolerance * scale:
         verdict = "MISMATCH"
     else:
         verdict = "near-tie" if where else "match"
-    return Agreement(verdict, float((~differ).float().mean()), int(differ.any(dim=1).sum()), where,
+    real = torch.arange(steps)[None, :] < lengths[:, None]
+    return Agreement(verdict, float((~differ)[real].float().mean()), int(differ.any(dim=1).sum()), where,
                      max_diff, scale, margin, tolerance)
 
 

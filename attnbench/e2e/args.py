@@ -22,6 +22,8 @@ from attnbench.e2e.stopping import StoppingRule
 from attnbench.errors import UsageError, check_choices, check_unique
 from attnbench.kernels.backends.registry import get_backend, resolve_backends
 from attnbench.kernels.notices import cpu_run_line
+from attnbench.traces.requests import MAX_REQUESTS as MAX_TRACE_REQUESTS
+from attnbench.traces.requests import TIME_UNITS
 from attnbench.kernels.workload import DEFAULT_STRATEGIES, DTYPE_ALIASES, MAX_BLOCK_SIZE, MAX_SEED, MAX_TOKENS, STRATEGIES
 
 MAX_RUNS = 10_000  # warm-up and measured runs per row, each
@@ -57,6 +59,11 @@ class E2EArgs:
     isolate: bool = False  # --isolate: each point in a worker process with a watchdog (attnbench.workers)
     point_timeout: float | None = None  # --point-timeout S (default: 600 on a GPU, 120 on the CPU)
     tp: int = 1  # --tp N: tensor-parallel ranks, one process each under torchrun (attnbench.e2e.parallel)
+    trace: Path | None = None  # --trace FILE: serve a request trace (runs/e2e_trace.py) instead of the grid
+    arrivals: str = "trace"  # --arrivals trace|all-at-once
+    time_unit: str = "s"  # --time-unit s|ms: a timed trace's timestamps
+    max_requests: int | None = None  # --max-requests N: the trace's first N requests
+    max_num_seqs: int | None = None  # --max-num-seqs N: most requests running at once under --trace
 
     def __post_init__(self):
         self.cudagraph = GraphMode.parse(self.cudagraph)  # the command line's text, or a scenario's
@@ -148,10 +155,42 @@ def validate_args(args: E2EArgs) -> None:
             raise UsageError(f"{flag} cannot be combined with --tp {args.tp} yet: every rank must run the same steps "
                              "in the one process that holds its share of the model")
     check_cudagraph(args)
+    check_trace_flags(args)
     check_choices(args.strategy, STRATEGIES, "--strategy", "strategy")
     for flag, values in [("--batch-size", given(args.batch_size)), ("--strategy", args.strategy),
                          ("--backend", args.backend or [])]:
         check_unique(values, flag)
+
+
+ARRIVALS = ("trace", "all-at-once")
+TRACE_ONLY = ("arrivals", "time_unit", "max_requests", "max_num_seqs")
+GRID_ONLY = ("input_len", "output_len", "batch_size", "warmup", "iters", "min_iters", "resume", "isolate",
+             "point_timeout", "profile")
+
+
+def check_trace_flags(args: E2EArgs) -> None:
+    """--trace serves one stream once per backend x strategy: the grid's points, its stopping rule,
+    --resume, --isolate, --profile and --tp do not apply; without it the trace's flags do not."""
+    flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
+    given = lambda name: getattr(args, name) not in (None, False, E2EArgs.__dataclass_fields__[name].default)  # noqa: E731
+    if args.trace is None:
+        extra = [flag(n) for n in TRACE_ONLY if given(n)]
+        if extra:
+            raise UsageError(f"{extra[0]}: only with --trace FILE (a request trace to serve)")
+        return
+    extra = [flag(n) for n in GRID_ONLY if given(n)] + (["--precision"] if args.precision != PRECISION else [])
+    extra += [f"--tp {args.tp}"] if args.tp > 1 else []
+    if extra:
+        raise UsageError(f"--trace cannot be combined with {extra[0]}: a trace is served once per backend x strategy "
+                         "(its requests' lengths come from the file; no grid, stopping rule, resume, workers or TP)")
+    if args.arrivals not in ARRIVALS:
+        raise UsageError(f"--arrivals: expected {' or '.join(ARRIVALS)}, got {args.arrivals!r}")
+    if args.time_unit not in TIME_UNITS:
+        raise UsageError(f"--time-unit: expected {' or '.join(TIME_UNITS)}, got {args.time_unit!r}")
+    for name, value, high in (("--max-requests", args.max_requests, MAX_TRACE_REQUESTS),
+                              ("--max-num-seqs", args.max_num_seqs, 4096)):
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= high):
+            raise UsageError(f"{name}: must be an integer between 1 and {high}, got {value!r}")
 
 
 def run_backends(args: E2EArgs, device: torch.device) -> tuple[list[str], str]:
@@ -167,3 +206,13 @@ def run_backends(args: E2EArgs, device: torch.device) -> tuple[list[str], str]:
     left = ", ".join(f"{b} (no {'/'.join(lacking[b])})" for b in backends if lacking[b])
     return kept, (f"Not run, the backend lacking a compared strategy: {left}; name it with --backend "
                   f"and --strategy to run what it has.")
+
+
+def check_backends(args: E2EArgs, margs, point, backends: list[str],
+                   device: torch.device) -> None:
+    """Every backend runs every strategy (e2e rows are compared pairwise), or one line says why not."""
+    for b in backends:
+        for strategy in args.strategy:
+            reason = get_backend(b).supports(point, strategy, device)
+            if reason:
+                raise UsageError(reason if reason.startswith("--") else f"--backend: {b} cannot run {margs.name} here: {reason}")

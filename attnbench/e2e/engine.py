@@ -153,6 +153,41 @@ class Engine:
 
     # --- a whole run -------------------------------------------------------------------------
 
+    def run_step(self, rows: list[tuple[Sequence, int]], records: list[StepRecord],
+                 events: list) -> tuple[list[Sequence], torch.Tensor]:
+        """One step of `rows`: prepare, load, launch, sample greedily; each sampled sequence gets its
+        token (a finished one gives its blocks back). Appends the step's record (and on CUDA its
+        events: finish_records reads them once the run is over). Returns (sampled, their logits)."""
+        host_start, captured = time.perf_counter(), self.capture_s()
+        step = self.prepare(rows)
+        launch = self.load(step)
+        graph = self.graphs_for(step) is not None
+        device_start = time.perf_counter()
+        capture_s = self.capture_s() - captured  # a first-use capture is not host time
+        records.append(StepRecord(step.kind, len(step.rows), len(step.input_ids), graph,
+                                  (device_start - host_start - capture_s) * 1e6))
+        if self.cuda:
+            events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+            events[-1][0].record()
+        with nvtx_range(f"{step.kind} step"):  # Nsight Systems / torch.profiler: one range per engine step
+            issue_start = time.perf_counter()
+            logits = launch()
+            records[-1].launch_host_us = (time.perf_counter() - issue_start) * 1e6
+            next_tokens = logits.argmax(dim=-1)
+            if self.cuda:
+                events[-1][1].record()
+            tokens = next_tokens.tolist()
+        if not self.cuda:
+            records[-1].device_ms = (time.perf_counter() - device_start) * 1e3
+        for seq, n in step.rows:
+            seq.num_cached += n
+        sampled = [step.rows[r][0] for r in step.sample_rows]
+        for seq, token in zip(sampled, tokens):
+            seq.tokens.append(token)
+            if seq.finished:
+                self.cache.release(seq)
+        return sampled, logits
+
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], output_len: int, record_logits: bool = False) -> Generation:
         """Greedy generation of exactly output_len tokens per prompt, all requests arriving at once."""
@@ -171,42 +206,22 @@ class Engine:
             torch.cuda.synchronize(self.device)
         start = time.perf_counter()
         while not all(seq.finished for seq in seqs):
-            host_start, captured = time.perf_counter(), self.capture_s()
-            step = self.prepare(schedule(seqs, self.token_budget))
-            launch = self.load(step)
-            graph = self.graphs_for(step) is not None
-            device_start = time.perf_counter()
-            capture_s = self.capture_s() - captured  # a first-use capture is not host time
-            records.append(StepRecord(step.kind, len(step.rows), len(step.input_ids), graph,
-                                      (device_start - host_start - capture_s) * 1e6))
-            if self.cuda:
-                events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
-                events[-1][0].record()
-            with nvtx_range(f"{step.kind} step"):  # Nsight Systems / torch.profiler: one range per engine step
-                issue_start = time.perf_counter()
-                logits = launch()
-                records[-1].launch_host_us = (time.perf_counter() - issue_start) * 1e6
-                next_tokens = logits.argmax(dim=-1)
-                if self.cuda:
-                    events[-1][1].record()
-                tokens = next_tokens.tolist()
+            sampled, logits = self.run_step(schedule(seqs, self.token_budget), records, events)
             now = time.perf_counter()
-            if not self.cuda:
-                records[-1].device_ms = (now - device_start) * 1e3
-            for seq, n in step.rows:
-                seq.num_cached += n
-            sampled = [step.rows[r][0] for r in step.sample_rows]
             if record is not None:
-                record[[s.index for s in sampled], [s.num_outputs for s in sampled]] = logits
-            for seq, token in zip(sampled, tokens):
-                seq.tokens.append(token)
+                record[[s.index for s in sampled], [s.num_outputs - 1 for s in sampled]] = logits
+            for seq in sampled:
                 if seq.finished:
                     latency[seq.index] = now - start
-                    self.cache.release(seq)
         total = time.perf_counter() - start
-        for rec, (begin, end) in zip(records, events):
-            rec.device_ms = begin.elapsed_time(end)
+        finish_records(records, events)
         return Generation([s.tokens[s.prompt_len:] for s in seqs], latency, total, records, record)
+
+
+def finish_records(records: list[StepRecord], events: list) -> None:
+    """Each CUDA step's device time from its events, once the run is over (reading one waits for it)."""
+    for rec, (begin, end) in zip(records, events):
+        rec.device_ms = begin.elapsed_time(end)
 
 
 def estimate_bytes(args: ModelArgs, dtype_bytes: int, max_num_seqs: int, max_model_len: int, block_size: int,

@@ -25,8 +25,8 @@ from rich.console import Console
 
 from attnbench.console import default_out_dir, progress
 from attnbench.device import device_name, point_timeout_s, resolve_device
-from attnbench.e2e.args import (E2EArgs, check_counts, cpu_line, length_pairs, run_backends, validate_args,
-                                with_device_defaults)
+from attnbench.e2e.args import (E2EArgs, check_backends, check_counts, cpu_line, length_pairs, run_backends,
+                                validate_args, with_device_defaults)
 from attnbench.e2e.engine import estimate_bytes
 from attnbench.e2e.modes import GraphChoice, GraphMode, choose_graphs, cudagraph_of
 from attnbench.e2e.model import ModelArgs, fused
@@ -48,7 +48,7 @@ from attnbench.runs.e2e_plan import Eta, duration, plan_line
 from attnbench.runs.resume import check_foreign, check_resume, sweep_record
 from attnbench.results.tables import format_params
 from attnbench.runs.kernel import dead_context
-from attnbench.runs.e2e_files import KEY, point_key, previous_agreements, save_rows
+from attnbench.runs.e2e_files import KEY, model_env, point_key, previous_agreements, save_rows
 from attnbench.runs.rundir import RunDir
 from attnbench.workers import pool
 from attnbench.workers.isolated_e2e import Measure, isolated_points
@@ -147,11 +147,7 @@ def check_setup(args: E2EArgs, margs: ModelArgs, path: Path | None, pairs: list[
                          f"{margs.max_positions} positions")
     point = attention_point(rank_args(margs, tp.size), dtype_name, args.block_size)  # what one rank holds
     backends, left_out = run_backends(args, device)
-    for b in backends:
-        for strategy in args.strategy:  # every backend runs every strategy: e2e rows are compared pairwise
-            reason = get_backend(b).supports(point, strategy, device)
-            if reason:
-                raise UsageError(reason if reason.startswith("--") else f"--backend: {b} cannot run {margs.name} here: {reason}")
+    check_backends(args, margs, point, backends, device)
     max_bs = max(args.batch_size)
     none_by = "--eager" if args.eager else "--cudagraph none"
     choices = {b: choose_graphs(get_backend(b), cudagraph_of(args), device.type, max_bs, margs.n_layer,
@@ -171,10 +167,8 @@ def run_env(setup: Setup, command: list[str]) -> dict:
     """env.json: the machine and software, and the model and settings of this run."""
     args, margs = setup.args, setup.margs
     env = collect(command)
-    env["e2e"] = {"model": margs.name, "model_args": dict(vars(margs)), "params_b": margs.num_params / 1e9,
-                  "weights": f"checkpoint {setup.path}" if setup.path else f"random (seed {args.seed})",
-                  "dtype": setup.dtype_name, "block_size": args.block_size, "chunk_size": args.chunk_size,
-                  "max_model_len": setup.max_model_len, "warmup": args.warmup, "iters": args.iters,
+    env["e2e"] = {**model_env(margs, setup.path, args, setup.dtype_name, setup.max_model_len),
+                  "warmup": args.warmup, "iters": args.iters,
                   "min_iters": args.stopping.min_runs, "precision": args.precision,
                   "tp": describe(setup.tp), "attention_per_rank": {k: getattr(setup.point, k) for k in PER_RANK},
                   "memory_estimate_gib": {k: round(v / GiB, 3) for k, v in setup.parts.items()},

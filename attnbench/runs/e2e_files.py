@@ -43,3 +43,11 @@ def previous_agreements(out_dir: Path) -> list[dict]:
         return read_agreements(out_dir / "agreement.csv")
     except AttnbenchError as exc:
         raise UsageError(f"--resume: {exc}") from None
+
+
+def model_env(margs, path: Path | None, args, dtype_name: str, max_model_len: int) -> dict:
+    """env.json's `e2e` part every e2e run has: the model, its weights, precision and cache."""
+    return {"model": margs.name, "model_args": dict(vars(margs)), "params_b": margs.num_params / 1e9,
+            "weights": f"checkpoint {path}" if path else f"random (seed {args.seed})",
+            "dtype": dtype_name, "block_size": args.block_size, "chunk_size": args.chunk_size,
+            "max_model_len": max_model_len}

@@ -1,0 +1,274 @@
+"""`attnbench e2e --trace FILE` as a job: the engine serves a request trace once per backend x strategy.
+
+Why: a grid point is a batch that arrives at once; a serving workload is a stream. Here the trace's
+requests (a vLLM timed trace or a BurstGPT CSV, read by traces/requests.py) are served by the
+e2e engine with continuous batching (e2e/serving.py), arrivals honoured or all at once, and each
+backend x strategy reports what `vllm bench serve` prints (e2e/serve_metrics.py). Per backend, each
+strategy first serves the trace untimed (the check serve: graphs captured, greedy logits recorded
+for the agreement between strategies, as the grid's check run), then once measured. One measured
+serve per choice gives no interval, so no row says which choice is faster; on the CPU the run is a
+pipeline demo on the trace's first few requests, said in one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from attnbench.console import default_out_dir
+from attnbench.device import device_name, resolve_device
+from attnbench.e2e.agreement import FAILING, compare_generations, worst
+from attnbench.e2e.args import E2EArgs, check_backends, run_backends, validate_args
+from attnbench.e2e.engine import Engine, estimate_bytes
+from attnbench.e2e.modes import GraphChoice, choose_graphs, cudagraph_of
+from attnbench.e2e.model import ModelArgs
+from attnbench.e2e.presets import GPU_DEFAULTS
+from attnbench.e2e.runner import ModelSpec, attention_point, check_fits, resolve_model, row_head
+from attnbench.e2e.serve_metrics import request_row, summarize
+from attnbench.e2e.serving import Served, serve, trace_prompts
+from attnbench.errors import AttnbenchError, Interrupted, UsageError, error_reason
+from attnbench.interrupts import SignalReceived, signal_of, signals_raise
+from attnbench.kernels.backends.registry import get_backend
+from attnbench.kernels.inputs import torch_dtype
+from attnbench.kernels.notices import cpu_run_line
+from attnbench.kernels.rows import cells
+from attnbench.kernels.sweep import failure_verdict
+from attnbench.kernels.workload import DTYPE_ALIASES
+from attnbench.results.e2e_trace_report import write_trace_outputs
+from attnbench.results.env import collect
+from attnbench.runs.e2e_files import model_env
+from attnbench.runs.resume import sweep_record
+from attnbench.runs.rundir import RunDir
+from attnbench.traces.requests import TimedRequest, read_burstgpt, read_timed
+
+CPU_REQUESTS = 2  # on the CPU: the trace's first few requests, a pipeline demo well under a minute
+MAX_RUNNING = 128  # --max-num-seqs when not given: every request, up to vLLM's usual cap
+
+
+@dataclass(frozen=True)
+class RequestTrace:
+    """The trace file and the requests of it that are served (in arrival order, the first at 0)."""
+
+    path: Path
+    format: str
+    sha256: str
+    in_file: int  # requests the file holds (BurstGPT rows without a response are not requests)
+    skipped: int  # BurstGPT rows without response tokens
+    requests: list[TimedRequest]
+
+    def record(self, arrivals: str) -> dict:
+        """env.json's `trace`."""
+        return {"path": str(self.path), "format": self.format, "sha256": self.sha256, "requests_in_file": self.in_file,
+                "requests_served": len(self.requests), "skipped_no_response": self.skipped, "arrivals": arrivals,
+                "prefix_length_ignored": sum(r.prefix_len > 0 for r in self.requests)}
+
+
+def read_trace(path: Path, max_requests: int | None, time_unit: str = "s") -> RequestTrace:
+    """A request trace, by its suffix: `.csv` a BurstGPT CSV, anything else vLLM's timed trace JSON
+    Lines (timestamps in `time_unit`); every refusal is the reader's one line naming the file, line and field."""
+    path = Path(path)
+    if path.suffix.lower() == ".csv":
+        if time_unit != "s":
+            raise UsageError(f"--time-unit {time_unit}: {path} is read as a BurstGPT CSV, whose timestamps are seconds")
+        requests, skipped, kind = *read_burstgpt(path), "BurstGPT CSV"
+    else:
+        requests, skipped, kind = read_timed(path, time_unit), 0, f"vLLM timed trace JSON Lines ({time_unit})"
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return RequestTrace(path, kind, digest, len(requests), skipped, requests[:max_requests])
+
+
+@dataclass
+class TraceSetup:
+    """What the run decided before it serves: the model, the backends and their graphs, the memory."""
+
+    args: E2EArgs
+    trace: RequestTrace
+    margs: ModelArgs
+    path: Path | None
+    device: torch.device
+    dtype_name: str
+    max_num_seqs: int
+    max_model_len: int
+    backends: list[str]
+    choices: dict[str, GraphChoice]
+    parts: dict[str, int]
+    left_out: str
+
+    @property
+    def arrivals(self) -> list[float]:
+        return [r.arrival if self.args.arrivals == "trace" else 0.0 for r in self.trace.requests]
+
+
+def with_trace_defaults(args: E2EArgs, device_type: str) -> tuple[E2EArgs, dict[str, str]]:
+    """--model and, on the CPU, --max-requests where not given; (args, the flags the CPU scaled)."""
+    filled = {"model": "tiny", "max_requests": CPU_REQUESTS} if device_type == "cpu" else {"model": GPU_DEFAULTS["model"]}
+    filled = {k: v for k, v in filled.items() if getattr(args, k) is None}
+    scaled = {k.replace("_", "-"): str(v) for k, v in filled.items()} if device_type == "cpu" else {}
+    return dataclasses.replace(args, **filled), scaled
+
+
+def trace_setup(args: E2EArgs, trace: RequestTrace, device: torch.device) -> TraceSetup:
+    """Refuse what cannot run before a weight is made: positions, a backend x strategy, memory."""
+    margs, path = resolve_model(args.model)
+    longest = max(r.input_len + r.output_len for r in trace.requests)
+    if longest > margs.max_positions:
+        raise UsageError(f"--trace {trace.path}: a request of {longest} tokens (prompt + output) exceeds "
+                         f"{margs.name}'s {margs.max_positions} positions; keep fewer with --max-requests")
+    dtype_name = DTYPE_ALIASES[args.dtype]
+    backends, left_out = run_backends(args, device)
+    check_backends(args, margs, attention_point(margs, dtype_name, args.block_size), backends, device)
+    seqs = args.max_num_seqs or min(len(trace.requests), MAX_RUNNING)
+    none_by = "--eager" if args.eager else "--cudagraph none"
+    choices = {b: choose_graphs(get_backend(b), cudagraph_of(args), device.type, seqs, margs.n_layer,
+                                args.graph_policy, none_by) for b in backends}
+    elt = torch.empty((), dtype=torch_dtype(dtype_name)).element_size()
+    prompts = sorted(r.input_len for r in trace.requests)
+    parts = estimate_bytes(margs, elt, seqs, longest, args.block_size, args.chunk_size or sum(prompts[-seqs:]),
+                           sum(r.output_len for r in trace.requests) * len(args.strategy))
+    check_fits(parts, args.model, device)
+    return TraceSetup(args, trace, margs, path, device, dtype_name, seqs, longest, backends, choices, parts, left_out)
+
+
+def run_trace(args: E2EArgs, console: Console, command: list[str]) -> Path:
+    validate_args(args)
+    device = resolve_device(args.device)
+    args, scaled = with_trace_defaults(args, device.type)
+    trace = read_trace(args.trace, args.max_requests, args.time_unit)
+    setup = trace_setup(args, trace, device)
+    gpu = device_name(device)
+    run = RunDir.claim(args.out, None, args.force, default_out_dir(gpu or "cpu", "e2e-trace"))
+    with run.locked():  # every refusal is behind: from here on the run speaks
+        if scaled:
+            console.print(cpu_run_line(f"a pipeline demo on reference attention serving the trace's first "
+                                       f"{len(trace.requests)} requests, no verdicts", scaled),
+                          highlight=False, soft_wrap=True)
+        env = trace_env(setup, command)
+        run.write_env(env)
+        serves = "1 untimed check serve and 1 measured" if device.type == "cuda" else "1 measured serve"
+        console.print(f"{setup.margs.name} on {gpu or 'cpu'} serving {len(trace.requests)} requests of {trace.path} "
+                      f"({args.arrivals} arrivals over {max(setup.arrivals):.3g} s, at most {setup.max_num_seqs} "
+                      f"running) -> {run.path}; plan: {len(setup.backends)} backend(s) x {len(args.strategy)} "
+                      f"strategies, each {serves}", highlight=False, soft_wrap=True)
+        if setup.left_out:
+            console.print(setup.left_out, highlight=False, soft_wrap=True)
+        rows, requests, agreements, stopped = [], [], [], None
+        try:
+            with signals_raise():
+                serve_choices(setup, console, rows, requests, agreements)
+        except (KeyboardInterrupt, SignalReceived) as exc:  # what was served is kept
+            stopped = exc
+        if rows:
+            write_trace_outputs(run, rows, requests, agreements, env, console)
+    if stopped is not None:
+        name, number = signal_of(stopped)
+        total = len(setup.backends) * len(args.strategy)
+        raise Interrupted(f"interrupted by {name} after {len(rows)} of {total} backend x strategy serves; {run.path} "
+                          "holds what was served", number)
+    if not any(r["verdict"] in ("pass", "fail") for r in rows):
+        raise AttnbenchError(f"no backend x strategy served the trace; the reasons are in {run.path}/trace.csv")
+    return run.path
+
+
+def trace_env(setup: TraceSetup, command: list[str]) -> dict:
+    """env.json: the machine, the model and settings, and the trace (path, format, sha256, counts)."""
+    args, margs = setup.args, setup.margs
+    env = collect(command)
+    env["e2e"] = {**model_env(margs, setup.path, args, setup.dtype_name, setup.max_model_len),
+                  "max_num_seqs": setup.max_num_seqs,
+                  "memory_estimate_gib": {k: round(v / 2**30, 3) for k, v in setup.parts.items()},
+                  "graphs": {b: c.note for b, c in setup.choices.items()}, "cudagraph": cudagraph_of(args).value,
+                  "graph_policy": args.graph_policy}
+    env["trace"] = setup.trace.record(args.arrivals)
+    env["sweep"] = sweep_record("e2e", args, {"model": margs.name, "backend": setup.backends,
+                                              "cudagraph": cudagraph_of(args).value}, leave_out=("eager",))
+    return env
+
+
+def serve_choices(setup: TraceSetup, console: Console, rows: list[dict], request_rows: list[dict],
+                  agreements: list[dict]) -> None:
+    """Every backend x strategy: check serves, then measured serves, each row, its requests' rows and
+    the agreements added as they come (an interrupted run keeps what was served)."""
+    args, reqs = setup.args, setup.trace.requests
+    spec = ModelSpec(setup.margs, setup.path, setup.dtype_name, setup.device, args.seed, setup.max_num_seqs,
+                     setup.max_model_len, args.block_size, args.chunk_size)
+    engines = spec.build()
+    prompts = trace_prompts([r.input_len for r in reqs], setup.margs.vocab_size, args.seed)
+    outputs = [r.output_len for r in reqs]
+    base = {"model": setup.margs.name, "params_b": round(setup.margs.num_params / 1e9, 6), "dtype": setup.dtype_name,
+            "block_size": args.block_size, "chunk_size": args.chunk_size or 0, "device": setup.device.type,
+            "gpu": device_name(setup.device) or "cpu", "arrivals": args.arrivals, "max_num_seqs": setup.max_num_seqs}
+    for backend, choice in setup.choices.items():
+        heads = {s: row_head(base, backend, s, choice, args.graph_policy) for s in args.strategy}
+        checks: dict[str, Served] = {}
+        for strategy, head in heads.items():  # the check serves first: every graph captured before a timed one
+            try:
+                engine = engines.engine(backend, strategy, choice.cudagraph, args.graph_policy)
+                if setup.device.type == "cuda":
+                    checks[strategy] = serve(engine, setup.arrivals, prompts, outputs, record_logits=True)
+            except Exception as exc:  # noqa: BLE001  one failed row must not lose the others
+                head.update(verdict=failure_verdict(exc), reason=error_reason(exc))
+        for strategy, head in heads.items():
+            if "verdict" not in head:
+                request_rows += measure(engines.engine(backend, strategy, choice.cudagraph, args.graph_policy),
+                                        head, checks, setup.arrivals, prompts, outputs)
+            rows.append(head)
+            console.print(progress_line(head), highlight=False, soft_wrap=True)
+        agreements += strategy_agreements(backend, choice, checks, heads)
+        checks.clear()  # free the recorded logits before the next backend
+
+
+def measure(engine: Engine, head: dict, checks: dict[str, Served], arrivals: list[float], prompts: list,
+            outputs: list[int]) -> list[dict]:
+    """The measured serve of one choice: its row's measures (into `head`) and its per-request rows.
+    On the CPU nothing is captured or compiled, so the measured serve is its own check serve (its
+    logits recorded for the agreement) and the demo costs one serve per choice."""
+    strategy = head["strategy"]
+    try:
+        before = engine.graph_stats()[0]
+        served = serve(engine, arrivals, prompts, outputs, record_logits=strategy not in checks)
+        check = checks.setdefault(strategy, served)
+        same = sum(a == b for x, y in zip(served.tokens, check.tokens) for a, b in zip(x, y)) / sum(outputs)
+        head.update(cells(dataclasses.replace(summarize(served), verdict="pass", reason="", tokens_as_check=same,
+                                              graphs_captured_while_serving=engine.graph_stats()[0] - before)),
+                    finite=all(bool(torch.isfinite(x).all()) for x in check.logits))
+    except Exception as exc:  # noqa: BLE001  one failed row must not lose the others
+        head.update(verdict=failure_verdict(exc), reason=error_reason(exc))
+        return []
+    label = {k: head[k] for k in ("backend", "strategy", "mode")}
+    return [{**label, **request_row(i, r)} for i, r in enumerate(served.requests)]
+
+
+def strategy_agreements(backend: str, choice: GraphChoice, checks: dict[str, Served], heads: dict[str, dict]) -> list[dict]:
+    """Each strategy's check serve against unified's (greedy tokens, logits where inputs were equal);
+    each row's agreement is the worst it is in, and a failing one fails the row."""
+    mode = heads[next(iter(heads))]["mode"]
+    found = []
+    for strategy, run in checks.items():
+        ref = checks.get("unified")
+        if strategy == "unified" or ref is None:
+            continue
+        result = compare_generations(ref.tokens, ref.logits, run.tokens, run.logits)
+        found.append({"backend": backend, "cudagraph": choice.cudagraph.value, "reference": f"unified {mode}",
+                      "run": f"{strategy} {mode}", **result.row()})
+    for strategy, head in heads.items():
+        mine = [a["verdict"] for a in found if f"{strategy} {mode}" in (a["reference"], a["run"])]
+        head["agreement"] = worst(mine)
+        problems = [f"agreement {head['agreement']}" if head["agreement"] in FAILING else "",
+                    "" if head.get("finite", True) else "logits have NaN/inf"]
+        if head.get("verdict") == "pass" and any(problems):
+            head.update(verdict="fail", reason="; ".join(p for p in problems if p))
+    return found
+
+
+def progress_line(row: dict) -> str:
+    """One line per served choice as it finishes."""
+    name = f"{row['backend']} {row['strategy']} {row['mode']}"
+    if row.get("verdict") not in ("pass", "fail"):
+        return f"{name}: {row.get('verdict')} ({row.get('reason')})"
+    return (f"{name}: {row['requests']} requests in {row['duration_s']:.2f} s; TTFT p50 {row['ttft_p50_ms']:.1f} ms, "
+            f"TPOT p50 {row['tpot_p50_ms']:.2f} ms")
