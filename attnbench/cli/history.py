@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from attnbench.cli.common import user_errors
+from attnbench.results.changepoints import MIN_CHANGE, PENALTY
 from attnbench.console import make_console
 from attnbench.errors import UsageError
 
@@ -79,9 +80,9 @@ def dashboard(
     force: Annotated[bool, typer.Option(help="Write into --out anyway, removing only what attnbench wrote there. "
                                              "Example: --force")] = False,
     penalty: Annotated[float, typer.Option(help="Change points: the cost a change must save, times ln(runs), in "
-                                                "noise units; higher finds fewer. Example: --penalty 3")] = 3.0,
+                                                "noise units; higher finds fewer. Example: --penalty 3")] = PENALTY,
     min_change: Annotated[str, typer.Option(help="Change points: the smallest change between the medians either "
-                                                 "side that counts. Example: --min-change 2%")] = "2%",
+                                                 "side that counts. Example: --min-change 2%")] = f"{MIN_CHANGE:.0%}",
 ) -> None:
     """Write a history as a static site: trends per row with intervals, change points, filters, the latest runs.
 
@@ -97,6 +98,7 @@ def dashboard(
 
     console = make_console()
     with user_errors(console):
+        needs_extra()
         if not penalty > 0 or penalty > 1e6:
             raise UsageError(f"--penalty: must be a positive number, got {penalty}")
         try:
@@ -105,3 +107,12 @@ def dashboard(
             raise UsageError(str(exc).replace("--threshold", "--min-change")) from None
         written = build(history, out, force, Settings(penalty, smallest))
     console.print(f"site: {escape(str(written))}", highlight=False)
+
+
+def needs_extra() -> None:
+    """The site's libraries, or one line saying how to install them."""
+    import importlib.util
+
+    missing = [name for name in ("plotly", "ruptures") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UsageError(f"dashboard needs {' and '.join(missing)}: pip install -e \".[dashboard]\"")

@@ -22,9 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
-PENALTY = 3.0       # times ln(n), in squared... L1 noise units: a change must save this much cost
+PENALTY = 3.0       # times ln(n), in noise units of the L1 cost: what a change must save to count
 MIN_SIZE = 3        # runs per segment at least: a change needs runs on both sides to stand on
 MIN_CHANGE = 0.02   # the medians either side differ by at least 2 %
 MIN_POINTS = 2 * MIN_SIZE
@@ -43,8 +41,10 @@ class ChangePoint:
         return self.after / self.before - 1.0
 
 
-def noise(logs: np.ndarray) -> float:
+def noise(logs) -> float:
     """The series' noise in log units: MAD of successive differences, scaled to a normal sigma."""
+    import numpy as np
+
     steps = np.diff(logs)
     mad = float(np.median(np.abs(steps - np.median(steps)))) if len(steps) else 0.0
     return max(mad / (0.6745 * math.sqrt(2.0)), NOISE_FLOOR)
@@ -52,7 +52,9 @@ def noise(logs: np.ndarray) -> float:
 
 def change_points(values, penalty: float = PENALTY, min_change: float = MIN_CHANGE,
                   min_size: int = MIN_SIZE) -> list[ChangePoint]:
-    """Where a positive series (times, oldest first) changes level; [] when it is too short to tell."""
+    """Where a positive series (times, oldest first) changes level; [] when it is too short to tell.
+    numpy and ruptures are imported here: the CLI reads this module's defaults at startup."""
+    import numpy as np
     import ruptures
 
     series = np.asarray(values, dtype=float)
