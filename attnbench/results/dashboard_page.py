@@ -62,10 +62,10 @@ def figure(title: str, group: list[Series], commits: list[str]) -> dict:
     present = {c for s in group for c in s.commits}
     fig = go.Figure(traces)
     fig.update_layout(title={"text": html.escape(title), "font": {"size": 13}}, margin={"l": 60, "r": 10, "t": 40, "b": 40},
-                      yaxis={"title": {"text": f"{group[0].unit} ({group[0].interval})"}, "rangemode": "tozero"},
+                      yaxis={"title": {"text": f"{group[0].unit} ({group[0].interval})"}, "automargin": True},
                       xaxis={"type": "category", "categoryorder": "array",
-                             "categoryarray": [short(c) for c in commits if c in present], "title": {"text": "commit"}},
-                      legend={"orientation": "h", "y": -0.25}, hovermode="closest", template="plotly_white")
+                             "categoryarray": [short(c) for c in commits if c in present], "automargin": True},
+                      legend={"orientation": "h", "y": -0.3, "yanchor": "top"}, hovermode="closest", template="plotly_white")
     return json.loads(fig.to_json())
 
 

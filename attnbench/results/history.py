@@ -114,32 +114,32 @@ def safe(text: str) -> str:
 
 # ---- the index ---------------------------------------------------------------------------------------
 
-def read_index(history: Path) -> list[Entry]:
-    """HISTORY/index.json's entries, checked; [] for a history not made yet."""
+def read_index(history: Path, flag: str = "--history") -> list[Entry]:
+    """HISTORY/index.json's entries, checked; [] for a history not made yet; errors start with `flag`."""
     path = history / INDEX
     if not path.exists():
         return []
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise AttnbenchError(f"--history: {path} is not a readable JSON file ({exc})") from None
+        raise AttnbenchError(f"{flag}: {path} is not a readable JSON file ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), list):
-        raise AttnbenchError(f"--history: {path} is not an attnbench history index (format {FORMAT!r} with entries)")
-    return [entry_from(item, path, number) for number, item in enumerate(data["entries"], 1)]
+        raise AttnbenchError(f"{flag}: {path} is not an attnbench history index (format {FORMAT!r} with entries)")
+    return [entry_from(item, path, number, flag) for number, item in enumerate(data["entries"], 1)]
 
 
-def entry_from(item: object, path: Path, number: int) -> Entry:
+def entry_from(item: object, path: Path, number: int, flag: str) -> Entry:
     names = {f.name: f for f in fields(Entry)}
     if not isinstance(item, dict) or not {"id", "commit", "date", "gpu"} <= set(item):
-        raise AttnbenchError(f"--history: {path} entry {number} is not an entry (id, commit, date, gpu)")
+        raise AttnbenchError(f"{flag}: {path} entry {number} is not an entry (id, commit, date, gpu)")
     known = {k: v for k, v in item.items() if k in names}
     texts = [k for k in ("id", "commit", "date", "gpu", "kind") if k in known and not isinstance(known[k], str)]
     if texts or not isinstance(known.get("libraries", {}), dict) or not isinstance(known.get("files", []), list):
-        raise AttnbenchError(f"--history: {path} entry {number}: {texts[0] if texts else 'libraries or files'} "
+        raise AttnbenchError(f"{flag}: {path} entry {number}: {texts[0] if texts else 'libraries or files'} "
                              "has the wrong type")
     if safe(known["id"]) != known["id"] or known["id"] in ("", ".", ".."):
-        raise AttnbenchError(f"--history: {path} entry {number}: id {known['id']!r} is not a directory name")
-    parse_date(known["date"], f"--history: {path} entry {number} date")
+        raise AttnbenchError(f"{flag}: {path} entry {number}: id {known['id']!r} is not a directory name")
+    parse_date(known["date"], f"{flag}: {path} entry {number} date")
     return Entry(**{**known, "files": tuple(known.get("files", FILED))})
 
 

@@ -36,7 +36,7 @@ def build(history: Path, out: Path, force: bool, settings: Settings) -> Path:
     """Write SITE/index.html from HISTORY; the path written."""
     if out.resolve() == history.resolve() or history.resolve() in out.resolve().parents:
         raise UsageError(f"--out: {out} is inside the history {history}; give a directory outside it")
-    entries = history_entries(history)
+    entries = history_entries(history, "HISTORY")
     if not entries:
         raise UsageError(f"HISTORY: {history} holds no runs yet; file one with `attnbench history add RUN --history "
                          f"{history}`")

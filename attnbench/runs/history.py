@@ -20,21 +20,21 @@ from attnbench.results.read import load_run
 from attnbench.results.schema import read_env
 
 
-def check_history(history: Path, must_exist: bool) -> None:
+def check_history(history: Path, must_exist: bool, flag: str = "--history") -> None:
     """A history directory: new (when not `must_exist`), or one holding index.json; never a link or a file."""
     if os.path.islink(history):
-        raise UsageError(f"--history: {history} is a symlink; give the history directory itself")
+        raise UsageError(f"{flag}: {history} is a symlink; give the history directory itself")
     if os.path.exists(history) and not os.path.isdir(history):
-        raise UsageError(f"--history: {history} is a file, not a history directory")
+        raise UsageError(f"{flag}: {history} is a file, not a history directory")
     if not os.path.isdir(history):
         if must_exist:
-            raise UsageError(f"--history: {history} does not exist; file a run into it with `attnbench history add`")
+            raise UsageError(f"{flag}: {history} does not exist; file a run into it with `attnbench history add`")
         return
     index = history / INDEX
     if os.path.islink(index) or (os.path.exists(index) and not os.path.isfile(index)):
-        raise UsageError(f"--history: {index} is not a file")
+        raise UsageError(f"{flag}: {index} is not a file")
     if not os.path.exists(index) and any(history.iterdir()):
-        raise UsageError(f"--history: {history} holds files but no {INDEX}: not a history; give a new directory")
+        raise UsageError(f"{flag}: {history} holds files but no {INDEX}: not a history; give a new directory")
 
 
 def check_run(run: Path) -> None:
@@ -87,7 +87,7 @@ def copy_entry(run: Path, history: Path, entry: Entry) -> None:
         raise UsageError(f"--history: cannot write into {history}: {exc.strerror or exc}") from None
 
 
-def entries(history: Path) -> list[Entry]:
+def entries(history: Path, flag: str = "--history") -> list[Entry]:
     """The history's entries, oldest first."""
-    check_history(history, must_exist=True)
-    return in_order(read_index(history))
+    check_history(history, must_exist=True, flag=flag)
+    return in_order(read_index(history, flag))
