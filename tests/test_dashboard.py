@@ -150,3 +150,24 @@ def test_bmf_export_is_latency_in_ns_named_as_gab(tmp_path):
         metric = bmf[entry["name"]]["latency"]
         assert metric["value"] == pytest.approx(entry["value"] * 1e6)
         assert metric["lower_value"] <= metric["value"] <= metric["upper_value"]
+
+
+pytest_plugins = ["results_fixtures"]
+
+
+def test_every_kind_of_run_files_and_draws(tmp_path, cpu_run, e2e_run):
+    """Real runs, not synthetic ones: a CPU kernel sweep and e2e run made here, and the H200 replay
+    example (whose env.json has no git sha nor timestamp: CI gives --commit and --date)."""
+    replay = EXAMPLE.parent / "h200-replay-chat-high"
+    refused = invoke("history", "add", replay, "--history", tmp_path / "h", "--commit", "r1")
+    assert refused.exit_code == 1 and "--date" in refused.stderr and not (tmp_path / "h").exists()
+    for run, commit in ((cpu_run, "k1"), (e2e_run, "e1"), (replay, "r1")):
+        result = invoke("history", "add", run, "--history", tmp_path / "h", "--commit", commit, "--date", "2026-12-01")
+        assert result.exit_code == 0, result.output
+    kinds = {e["commit"]: e["kind"] for e in json.loads((tmp_path / "h" / "index.json").read_text())["entries"]}
+    assert kinds == {"k1": "kernel", "e1": "e2e", "r1": "replay"}
+    assert invoke("dashboard", tmp_path / "h", "--out", tmp_path / "site").exit_code == 0
+    data = site_data(tmp_path / "site" / "index.html")
+    titles = " ".join(c["title"] for c in data["charts"])
+    assert "| e2e tiny" in titles and "| replay 32/8x128" in titles and "| kernel 4/2x32" in titles
+    assert all(c["changes"] == [] for c in data["charts"])  # one run per series: nothing to find

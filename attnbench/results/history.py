@@ -97,8 +97,9 @@ def new_entry(run: Run, env: dict, source: Path, commit: str | None, date: str |
     commit = (commit or env.get("git_sha") or "").strip()
     if not commit:
         raise AttnbenchError(f"RUN: {source}/env.json records no git commit (git_sha); give --commit")
-    when = parse_date(date, "--date") if date else parse_date(env.get("timestamp") or "", f"RUN: {source}/env.json "
-                                                                                          "timestamp")
+    if not (date or env.get("timestamp")):
+        raise AttnbenchError(f"RUN: {source}/env.json records no timestamp; give --date")
+    when = parse_date(date, "--date") if date else parse_date(env["timestamp"], f"RUN: {source}/env.json timestamp")
     stamp = when.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
     entry = Entry("", commit, stamp, gpu_of(env, run), libraries_of(env), run_kind(run), configurations_digest(run),
                   len(run.rows), str(source), str(env.get("command") or ""),

@@ -59,11 +59,8 @@ def add(run: Path, history: Path, commit: str | None, date: str | None, replace:
         raise UsageError(f"--history: {history} already holds this run (entry {same[0].id}: commit {entry.commit}, "
                          f"{entry.date}, {entry.gpu}, the same libraries and rows); give --replace to file it again")
     copy_entry(run, history, entry)
-    kept = [e for e in entries if e.key() != entry.key()]
+    kept = [e for e in entries if e.key() != entry.key()]  # the same key is the same id: its folder was replaced
     write_text_atomic(history / INDEX, index_text([*kept, entry]))
-    for old in same:
-        if old.id != entry.id:
-            shutil.rmtree(history / RUNS / old.id, ignore_errors=True)
     return entry, bool(same)
 
 
@@ -77,9 +74,13 @@ def copy_entry(run: Path, history: Path, entry: Entry) -> None:
             for name in entry.files:
                 shutil.copyfile(run / name, staging / name)
             target = runs / entry.id
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            os.replace(staging, target)
+            if target.is_dir() and not target.is_symlink():  # --replace: the old folder moves aside first
+                old = Path(tempfile.mkdtemp(dir=runs, prefix=f".{entry.id}.", suffix=".old.tmp"))
+                os.replace(target, old / entry.id)
+                os.replace(staging, target)
+                shutil.rmtree(old)
+            else:
+                os.replace(staging, target)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
