@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from history_fixtures import make_history  # noqa: E402
+from history_fixtures import DRAW_ALL, make_history  # noqa: E402
 
 
 def main() -> None:
@@ -46,7 +46,7 @@ def main() -> None:
                 tab = browser.new_page(viewport={"width": 1400, "height": 1000})
                 tab.goto((site / "index.html").as_uri())
                 tab.wait_for_function("window.dashboardReady !== undefined", timeout=60_000)
-                print(f"drawn {tab.evaluate('window.dashboardReady'):.0f} ms after navigation; "
+                print(f"charts in view drawn {tab.evaluate('window.dashboardReady'):.0f} ms after navigation; "
                       f"page script {tab.evaluate('window.dashboardRenderMs'):.0f} ms; "
                       f"{(site / 'index.html').stat().st_size / 2**20:.1f} MiB page")
                 tab.close()
@@ -62,7 +62,7 @@ def screenshot(browser, site: Path, path: Path) -> None:
     tab.goto((site / "index.html").as_uri())
     tab.wait_for_function("window.dashboardReady !== undefined", timeout=60_000)
     tab.select_option("#filter-gpu", "NVIDIA H200")
-    tab.wait_for_timeout(500)
+    tab.evaluate(DRAW_ALL)
     tab.screenshot(path=str(path), full_page=True)
     Image.open(path).convert("RGB").quantize(colors=128).save(path, optimize=True)
     print(f"{path}: {path.stat().st_size // 1024} KiB")

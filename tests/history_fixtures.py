@@ -21,6 +21,14 @@ RUNS, STEP_AT, STEP, NOISE = 50, 30, 0.05, 0.01
 OTHER_GPU_RUNS = 6  # a second GPU, flat, so the GPU filter has something to remove
 TIMES = ("median_ms", "p10_ms", "p90_ms")
 START = dt.datetime(2026, 10, 1, tzinfo=dt.timezone.utc)
+DRAW_ALL = """async () => {  // charts are drawn as they come near the viewport: bring each there
+    for (const d of document.querySelectorAll('.chart')) {
+        if (d.hidden) continue;
+        d.scrollIntoView();
+        for (let i = 0; i < 200 && d.dataset.stale !== '0'; i++) await new Promise(r => setTimeout(r, 25));
+    }
+    window.scrollTo(0, 0);
+}"""
 
 
 def commit_of(i: int) -> str:

@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from bad_input_cli import invoke
-from history_fixtures import STEP_AT, commit_of, make_history
+from history_fixtures import DRAW_ALL, STEP_AT, commit_of, make_history
 
 CHROMIUM = os.environ.get("ATTNBENCH_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)")
@@ -23,7 +23,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not 
 pytest.importorskip("plotly", reason="the dashboard extra (plotly) is not installed")
 
 DRAWN = """() => Array.from(document.querySelectorAll('.chart')).filter(d => !d.hidden).map(d => ({
-    title: d.dataset.title, svg: d.querySelectorAll('.main-svg').length, lines: d.querySelectorAll('.scatterlayer .trace').length,
+    title: d.dataset.title, stale: d.dataset.stale, svg: d.querySelectorAll('.main-svg').length, lines: d.querySelectorAll('.scatterlayer .trace').length,
     data: (d.data || []).map(t => ({backend: t.meta.backend, role: t.meta.role || 'line', x: t.x}))}))"""
 
 
@@ -46,9 +46,16 @@ def page(tmp_path_factory):
         browser.close()
 
 
+def drawn(tab) -> list[dict]:
+    tab.evaluate(DRAW_ALL)
+    charts = tab.evaluate(DRAWN)
+    assert all(c["stale"] == "0" for c in charts)
+    return charts
+
+
 def test_every_chart_draws_without_a_console_error(page):
     tab, errors = page
-    charts = tab.evaluate(DRAWN)
+    charts = drawn(tab)
     assert len(charts) == 12
     for chart in charts:
         assert chart["svg"] >= 1 and chart["lines"] >= 4, chart["title"]
@@ -57,7 +64,7 @@ def test_every_chart_draws_without_a_console_error(page):
 
 def test_the_planted_step_carries_its_change_point_marker(page):
     tab, _ = page
-    for chart in tab.evaluate(DRAWN):
+    for chart in drawn(tab):
         markers = [t for t in chart["data"] if t["role"] == "change"]
         expected = [("vllm-fa2", [commit_of(STEP_AT)[:8]])] * 2 if "H200" in chart["title"] else []
         assert [(t["backend"], t["x"]) for t in markers] == expected, chart["title"]
@@ -68,9 +75,9 @@ def test_filters_change_what_is_shown(page):
     tab, errors = page
     tab.select_option("#filter-gpu", "NVIDIA H100")
     assert tab.inner_text("#shown") == "6 of 12 charts shown"
-    assert all("H100" in c["title"] for c in tab.evaluate(DRAWN))
+    assert all("H100" in c["title"] for c in drawn(tab))
     tab.select_option("#filter-backend", "vllm-fa3")
-    charts = tab.evaluate(DRAWN)
+    charts = drawn(tab)
     assert charts and all({t["backend"] for t in c["data"]} == {"vllm-fa3"} for c in charts)
     kept = tab.evaluate("() => Array.from(document.querySelectorAll('tr[data-filtered]')).filter(r => !r.hidden)"
                         ".map(r => r.dataset.backend)")

@@ -106,7 +106,7 @@ def page(series: list[Series], entries: list[Entry], settings: Settings, winners
     templates = [c["figure"]["layout"].pop("template", None) for c in drawn]  # one copy, not one per chart
     data = {"charts": drawn, "commits": commits, "filters": list(FILTERS), "template": templates[0] if drawn else None,
             "settings": {"penalty": settings.penalty, "min_change": settings.min_change}}
-    divs = "".join(f'<div class="chart" id="chart-{i}" data-title="{html.escape(c["title"])}"></div>'
+    divs = "".join(f'<div class="chart" id="chart-{i}" data-index="{i}" data-title="{html.escape(c["title"])}"></div>'
                    for i, c in enumerate(drawn))
     script = resources.files("attnbench.results").joinpath("dashboard.js").read_text(encoding="utf-8")
     style = resources.files("attnbench.results").joinpath("dashboard.css").read_text(encoding="utf-8")
