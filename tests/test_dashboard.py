@@ -23,6 +23,8 @@ pytest.importorskip("ruptures", reason="the dashboard extra (ruptures) is not in
 
 from attnbench.results.changepoints import change_points  # noqa: E402
 
+pytest_plugins = ["results_fixtures"]  # cpu_run and e2e_run: real runs to file
+
 
 @pytest.fixture(scope="module")
 def history(tmp_path_factory):
@@ -150,9 +152,6 @@ def test_bmf_export_is_latency_in_ns_named_as_gab(tmp_path):
         metric = bmf[entry["name"]]["latency"]
         assert metric["value"] == pytest.approx(entry["value"] * 1e6)
         assert metric["lower_value"] <= metric["value"] <= metric["upper_value"]
-
-
-pytest_plugins = ["results_fixtures"]
 
 
 def test_every_kind_of_run_files_and_draws(tmp_path, cpu_run, e2e_run):
