@@ -14,8 +14,9 @@ from typing import Any, Sequence
 import typer
 from typer.core import TyperGroup
 
+from attnbench.cli import history  # history add/list and dashboard
 from attnbench.cli import calibrate, doctor, e2e, kernel, merge, replay, results, run, trace, verify
-from attnbench.cli import history, rule
+from attnbench.cli import rule
 from attnbench.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, print_error
 from attnbench.errors import AttnbenchError
 
@@ -99,12 +100,12 @@ for name, command, settings in [("kernel", kernel.kernel, None), ("backends", ke
                                 ("compare", results.compare, None), ("export", results.export, None),
                                 ("plot", results.plot, None), ("merge", merge.merge, None),
                                 ("verify", verify.verify, None), ("doctor", doctor.doctor, None),
-                                ("calibrate", calibrate.calibrate, PASS_THROUGH), ("replay", replay.replay, None),
-                                ("dashboard", history.dashboard, None)]:
+                                ("calibrate", calibrate.calibrate, PASS_THROUGH), ("replay", replay.replay, None)]:
     app.command(name, short_help=first_sentence(command), context_settings=settings)(command)
 app.add_typer(trace.app, name="trace", short_help="Step traces: convert, synthesize, summarize.")
 app.add_typer(rule.app, name="rule", short_help="Dispatch rules fitted on measured rows, judged by regret.")
 app.add_typer(history.app, name="history", short_help="A history of runs over commits: file a run, list them.")
+app.command("dashboard", short_help=first_sentence(history.dashboard))(history.dashboard)
 
 
 def main() -> None:
