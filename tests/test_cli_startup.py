@@ -142,7 +142,7 @@ def test_the_bare_command_lists_each_command_by_one_sentence():
     from attnbench.cli.main import app, first_sentence
 
     commands = {info.name: info for info in app.registered_commands}
-    assert len(commands) == 14
+    assert len(commands) == 15
     for name, info in commands.items():
         assert info.short_help == first_sentence(info.callback), name
         assert "\n" not in info.short_help and info.short_help.endswith("."), name

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import typer
 from typer.core import TyperGroup
 
+from attnbench.cli import history  # history add/list and dashboard
 from attnbench.cli import calibrate, doctor, e2e, kernel, merge, replay, results, run, trace, verify
 from attnbench.cli import rule
 from attnbench.cli import ab
@@ -107,6 +108,8 @@ for name, command, settings in [("kernel", kernel.kernel, None), ("backends", ke
     app.command(name, short_help=first_sentence(command), context_settings=settings)(command)
 app.add_typer(trace.app, name="trace", short_help="Step traces: convert, synthesize, summarize.")
 app.add_typer(rule.app, name="rule", short_help="Dispatch rules fitted on measured rows, judged by regret.")
+app.add_typer(history.app, name="history", short_help="A history of runs over commits: file a run, list them.")
+app.command("dashboard", short_help=first_sentence(history.dashboard))(history.dashboard)
 
 
 def main() -> None:

@@ -114,12 +114,13 @@ def print_regressions(console: Console, result) -> None:
 
 def export(
     results: Annotated[Path, typer.Argument(help="A results directory (its results.csv), results.csv or results.parquet, of a kernel sweep or an e2e run.")],
-    fmt: Annotated[str, typer.Option("--format", help="gab (github-action-benchmark customSmallerIsBetter JSON), md or csv. Example: --format gab")],
+    fmt: Annotated[str, typer.Option("--format", help="gab (github-action-benchmark customSmallerIsBetter JSON), bmf (Bencher Metric Format JSON), md or csv. Example: --format gab")],
     out: Annotated[Optional[Path], typer.Option(help="Write here instead of stdout (never over the results read). Example: --out bench.json")] = None,
 ) -> None:
-    """Write saved results as github-action-benchmark JSON, a Markdown table or CSV.
+    """Write saved results as github-action-benchmark JSON, Bencher Metric Format JSON, a Markdown table or CSV.
 
     Example: attnbench export results/h200 --format gab --out bench.json
+    Example: attnbench export results/h200 --format bmf --out bmf.json
     """
     from attnbench.results.export import FORMATS, write_output
     from attnbench.results.read import load_run

@@ -1,4 +1,4 @@
-"""Saved results -> the formats other tools read: github-action-benchmark JSON, Markdown, CSV, plots.
+"""Saved results -> the formats other tools read: github-action-benchmark and Bencher JSON, Markdown, CSV, plots.
 
 Everything starts from the rows of a results.csv / results.parquet, never from a live run, so a
 CI job can run a scenario once and publish it in every format afterwards. Kernel sweeps and e2e
@@ -127,6 +127,29 @@ def to_gab(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
     return json.dumps(e2e_gab_entries(df) if kind is E2E else gab_entries(df), indent=2) + "\n"
 
 
+# ---- Bencher Metric Format --------------------------------------------------------------------------
+
+NS_PER = {"ms": 1e6, "s": 1e9}  # Bencher's built-in `latency` measure is in nanoseconds
+
+
+def to_bmf(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
+    """Bencher Metric Format: {benchmark name: {"latency": {value, lower_value, upper_value}}} in ns,
+    named as the gab entries are (a series keeps its name from run to run); the bounds are the row's
+    p10..p90 (an e2e row: p50..p90)."""
+    entries = e2e_gab_entries(df) if kind is E2E else gab_entries(df)
+    timed = df[df["verdict"].isin(MEASURED)]
+    scale = NS_PER[kind.unit]
+    low_col, high_col = kind.spread
+    report = {}
+    for entry, (_, row) in zip(entries, timed.iterrows()):
+        low = row[low_col] if low_col else row[kind.measure]
+        metric = {"value": float(row[kind.measure]) * scale}
+        if pd.notna(low) and pd.notna(row.get(high_col)):
+            metric.update(lower_value=float(low) * scale, upper_value=float(row[high_col]) * scale)
+        report[entry["name"]] = {"latency": metric}
+    return json.dumps(report, indent=2) + "\n"
+
+
 def to_markdown(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
     """The seed-shaped table, one per setting (context, prefix ratio, ...) when the run swept one;
     for an e2e run, its table of p50 request latency per strategy."""
@@ -149,7 +172,7 @@ def to_csv(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
     return (df if kind is E2E else df[[c for c in COLUMNS if c in df.columns]]).to_csv(index=False)
 
 
-FORMATS = {"gab": to_gab, "md": to_markdown, "csv": to_csv}
+FORMATS = {"gab": to_gab, "bmf": to_bmf, "md": to_markdown, "csv": to_csv}
 
 
 def refuse_an_input(path: Path, flag: str, inputs: list[Run]) -> None:

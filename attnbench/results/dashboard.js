@@ -1,0 +1,56 @@
+// attnbench dashboard: draws the charts from the page's own JSON and applies the filters.
+// Plain JS over Plotly (inlined above it), so the page works from file:// and GitHub Pages alike.
+"use strict";
+const STARTED = performance.now();
+const DATA = JSON.parse(document.getElementById("dashboard-data").textContent);
+const FILTERS = ["gpu", "backend", "strategy", "kind", "shape"];
+const CONFIG = {responsive: true, displaylogo: false, modeBarButtonsToRemove: ["select2d", "lasso2d"]};
+
+function selection() {
+  const chosen = {};
+  for (const name of FILTERS) chosen[name] = document.getElementById("filter-" + name).value;
+  return chosen;
+}
+
+function matches(attributes, chosen) {
+  return FILTERS.every((name) => chosen[name] === "" || attributes[name] === chosen[name]);
+}
+
+function draw(div) {
+  const chart = DATA.charts[Number(div.dataset.index)];
+  const traces = chart.figure.data.filter((trace) => matches(trace.meta, selection()));
+  Plotly.react(div, traces, {...chart.figure.layout, template: DATA.template}, CONFIG);
+  div.dataset.stale = "0";
+}
+
+// a chart is drawn when it comes near the viewport, so the page is ready once the charts in view
+// are drawn, however many the history holds; observe() reports each chart's state once at once
+function ready() {
+  if (window.dashboardReady !== undefined) return;
+  window.dashboardReady = performance.now();  // ms since navigation: the page parsed, the charts in view drawn
+  window.dashboardRenderMs = window.dashboardReady - STARTED;  // this script alone
+}
+
+const OBSERVER = new IntersectionObserver((seen) => {
+  for (const entry of seen) if (entry.isIntersecting && entry.target.dataset.stale === "1") draw(entry.target);
+  ready();
+}, {rootMargin: "600px"});
+
+function render() {
+  const chosen = selection();
+  let shown = 0;
+  DATA.charts.forEach((chart, i) => {
+    const div = document.getElementById("chart-" + i);
+    div.hidden = !chart.figure.data.some((trace) => matches(trace.meta, chosen));
+    shown += div.hidden ? 0 : 1;
+    div.dataset.stale = div.hidden ? "0" : "1";
+    OBSERVER.unobserve(div);
+    if (!div.hidden) OBSERVER.observe(div);
+  });
+  for (const row of document.querySelectorAll("[data-filtered]")) row.hidden = !matches(row.dataset, chosen);
+  document.getElementById("shown").textContent = shown + " of " + DATA.charts.length + " charts shown";
+}
+
+for (const name of FILTERS) document.getElementById("filter-" + name).addEventListener("change", render);
+render();
+if (!DATA.charts.length) ready();
