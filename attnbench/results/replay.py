@@ -5,7 +5,11 @@ Why apart from the sweep's tables: a replay's rows are buckets of steps, each we
 count (traces/buckets.py), and its questions are about the whole trace. Everything here reads two
 tables: results.csv's rows (`part` bucket or sample, `bucket`, `step`, `steps`) and buckets.csv
 (each step's kind, sizes and bucket). A choice is a backend with a strategy, within one mode; its
-time for a step is its bucket's median (one layer's attention), and only passing rows count.
+time for a step is its bucket's mean: the weighted mean of the medians of the bucket's
+representatives (each row's `steps` is its weight; traces/buckets.py says why they sum the bucket
+exactly when time is affine in the step's sizes), one layer's attention. Only passing rows count,
+and a bucket counts for a choice only when all its representatives passed (their weights add up to
+its step count).
 """
 
 from __future__ import annotations
@@ -32,16 +36,29 @@ def passed(rows: pd.DataFrame, part: str, mode: str) -> pd.DataFrame:
     return chosen.assign(choice=choice_of(chosen))
 
 
-def bucket_times(rows: pd.DataFrame, mode: str, value: str = "median_ms") -> pd.DataFrame:
-    """Bucket x choice: each bucket's `value` (ms) for each choice that passed on it."""
-    chosen = passed(rows, "bucket", mode)
-    if chosen.empty:
-        return pd.DataFrame()
-    return chosen.pivot_table(index="bucket", columns="choice", values=value, aggfunc="first")
-
-
 def step_counts(steps: pd.DataFrame) -> pd.Series:
     return steps.groupby("bucket").size()
+
+
+def weighted_times(chosen: pd.DataFrame, value: pd.Series, counts: pd.Series) -> pd.DataFrame:
+    """Bucket x choice: the representatives' `value` (ms, one per row of `chosen`) weighed by their
+    `steps` and divided by the bucket's step count; NaN where their weights do not add up to it
+    (a representative that did not pass, or a shard that did not time it)."""
+    weights = chosen["steps"].astype(float)
+    frame = chosen[["bucket", "choice"]].assign(weighted=value.to_numpy() * weights.to_numpy(), weight=weights)
+    summed = frame.groupby(["bucket", "choice"])[["weighted", "weight"]].sum()
+    count = summed.index.get_level_values("bucket").map(counts).to_numpy(dtype=float)
+    whole = abs(summed["weight"].to_numpy() - count) <= 1e-6 * count
+    mean = (summed["weighted"] / count).where(whole)
+    return mean.unstack("choice").reindex(counts.index)
+
+
+def bucket_times(rows: pd.DataFrame, steps: pd.DataFrame, mode: str, value: str = "median_ms") -> pd.DataFrame:
+    """Bucket x choice: each bucket's mean per-step `value` (ms) for each choice whose representatives passed."""
+    chosen = passed(rows, "bucket", mode)
+    if chosen.empty:
+        return pd.DataFrame(index=step_counts(steps).index)
+    return weighted_times(chosen, chosen[value].astype(float), step_counts(steps))
 
 
 @dataclass(frozen=True)
@@ -59,7 +76,7 @@ class Total:
 def totals(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[Total]:
     """Each choice's total, fastest first (incomplete choices last)."""
     counts = step_counts(steps)
-    tables = [bucket_times(rows, mode, v).reindex(counts.index) for v in ("median_ms", "p10_ms", "p90_ms")]
+    tables = [bucket_times(rows, steps, mode, v) for v in ("median_ms", "p10_ms", "p90_ms")]
     found = []
     for choice in tables[0].columns:
         median, low, high = (t[choice] for t in tables)
@@ -71,8 +88,7 @@ def totals(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[Total]:
 
 def complete_times(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> pd.DataFrame:
     """Bucket x choice, only the choices that passed on every bucket (the ones a total compares)."""
-    counts = step_counts(steps)
-    times = bucket_times(rows, mode).reindex(counts.index)
+    times = bucket_times(rows, steps, mode)
     return times[[c for c in times.columns if times[c].notna().all()]]
 
 
@@ -109,8 +125,7 @@ def replicate_times(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[
         return []
     tables = []
     for r in range(len(medians[0])):
-        table = chosen.assign(replicate=[m[r] for m in medians]).pivot_table(
-            index="bucket", columns="choice", values="replicate", aggfunc="first").reindex(step_counts(steps).index)
+        table = weighted_times(chosen, pd.Series([m[r] for m in medians]), step_counts(steps))
         tables.append(table[[c for c in table.columns if table[c].notna().all()]])
     return tables
 
@@ -162,7 +177,7 @@ class SampleError:
 
 
 def sample_errors(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[SampleError]:
-    times = bucket_times(rows, mode)
+    times = bucket_times(rows, steps, mode)
     sampled = passed(rows, "sample", mode)
     bucket_of = steps.set_index("step")["bucket"]
     found = []

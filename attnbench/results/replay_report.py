@@ -82,8 +82,8 @@ def summary_text(rows: pd.DataFrame, steps: pd.DataFrame, trace: dict) -> str:
             *([f"- shard {trace['shard']}: only its share of the points was measured here; the other shards' "
                "buckets have no rows, so no choice has a total"] if trace.get("shard") else []),
             f"- ran on: {where_it_ran(rows)}",
-            "- times are one layer's attention per step, summed over the steps (each bucket's median weighed by "
-            "its step count)", ""]
+            "- times are one layer's attention per step, summed over the steps (each bucket's representatives' "
+            "medians, each weighed by the steps it stands for)", ""]
     for mode in modes_of(rows):
         out += [f"## {mode}", "", *totals_section(rows, steps, mode), *oracle_section(rows, steps, mode, cpu),
                 *wins_section(rows, steps, mode, trace["ratio"]), *sample_section(rows, steps, mode)]

@@ -3,8 +3,8 @@
 Why a sweep underneath: checking against the reference, eager and graph timing, interleaved
 replicates, skip and error rows, --isolate workers, --shard and --resume already exist for a
 kernel sweep (runs/kernel.py). A replay only changes the points: each bucket of steps
-(traces/buckets.py) is a GivenPoint whose batch is its representative step, and each step of
-`--exact-sample` is one too. The point's `seed` numbers it (buckets first, then sampled steps), so
+(traces/buckets.py) is timed on a few representative steps, each a GivenPoint whose batch is that
+step, and each step of `--exact-sample` is one too. The point's `seed` numbers it (buckets first, then sampled steps), so
 its resume key is its own; results.csv carries what it stands for in four columns of its own
 (REPLAY_COLUMNS). The trace's header gives the attention shape; flags override it field by field.
 """
@@ -73,13 +73,13 @@ class ReplayArgs:
 
 @dataclass(frozen=True)
 class Unit:
-    """What one point of a replay stands for: a bucket (timed on step `step`, weighing `steps`
-    steps) or one sampled step (`steps` 1) of bucket `bucket`."""
+    """What one point of a replay stands for: a representative `step` of a bucket, weighing `steps`
+    steps (a bucket's weights add up to its step count), or one sampled step (`steps` 1) of bucket `bucket`."""
 
     part: str
     bucket: int
     step: int
-    steps: int
+    steps: float
 
 
 def replay_shape(args: ReplayArgs, header: Shape) -> Shape:
@@ -93,16 +93,17 @@ def replay_shape(args: ReplayArgs, header: Shape) -> Shape:
 
 
 def replay_points(trace: Trace, shape: Shape, args: ReplayArgs) -> tuple[list[GivenPoint], list[Unit], list]:
-    """(points, what each stands for, buckets): every bucket's representative, then each sampled step."""
+    """(points, what each stands for, buckets): every bucket's representatives, then each sampled step."""
     buckets = bucket_steps(trace, args.bucket_ratio)
     of = step_buckets(buckets, len(trace.steps))
-    units = [Unit("bucket", b.index, b.representative, len(b.steps)) for b in buckets]
+    units = [Unit("bucket", b.index, step, weight) for b in buckets for step, weight in zip(b.representatives, b.weights)]
     units += [Unit("sample", of[s], s, 1) for s in sample_steps(len(trace.steps), args.exact_sample, args.seed)]
     rules = {b.index: b.describe(args.bucket_ratio) for b in buckets}
     points = []
     for number, unit in enumerate(units):
         step = trace.steps[unit.step]
-        rule = rules[unit.bucket] if unit.part == "bucket" else f"step {unit.step} (of bucket {unit.bucket})"
+        rule = f"{rules[unit.bucket]}: this row times step {unit.step}" if unit.part == "bucket" else \
+            f"step {unit.step} (of bucket {unit.bucket})"
         points.append(GivenPoint(
             kind=step.kind, num_tokens=step.num_tokens, num_heads=shape.num_heads, head_dim=shape.head_dim,
             num_kv_heads=shape.num_kv_heads, dtype=shape.dtype, block_size=shape.block_size,
@@ -149,7 +150,8 @@ def replay_env(command: list[str], args: ReplayArgs, plan: SweepPlan, trace: Tra
 
 
 RULE = ("kind, and log-spaced bins (--bucket-ratio) of decode rows, query tokens and total kv tokens; "
-        "each bucket timed on its median step by kv tokens, weighed by its step count")
+        "each bucket timed on a few of its steps, weighed so that they add up to its step count and to its sums of "
+        "decode rows, query tokens, kv tokens and attended pairs")
 
 
 def run_replay(args: ReplayArgs, console: Console, command: list[str]) -> Path:
