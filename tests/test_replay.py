@@ -24,7 +24,7 @@ from attnbench.traces.buckets import bucket_steps
 from attnbench.traces.jsonl import read_trace, trace_text
 from attnbench.traces.steps import Header, Request, Shape, Trace, TraceStep
 
-FAST = ["--budget-ms", "2", "--device", "cpu"]  # the CPU default: the reference backend
+FAST = ["--budget-ms", "2", "--device", "cpu", "--bucket-ratio", "2"]  # the CPU default: the reference backend
 
 
 def write_trace(path, shape: Shape = Shape(2, 1, 16)) -> Trace:

@@ -20,9 +20,10 @@ import torch
 from rich.console import Console
 
 from attnbench.console import default_out_dir
-from attnbench.device import device_name, select
+from attnbench.device import device_name, resolve_device, select
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.interrupts import interrupted
+from attnbench.kernels.notices import cpu_run_line
 from attnbench.kernels.plan import KernelArgs, check_measured, plan_sweep
 from attnbench.kernels.sweep import SweepPlan
 from attnbench.kernels.workload import DEFAULT_STRATEGIES, GivenPoint
@@ -32,7 +33,7 @@ from attnbench.results.replay import STEP_COLUMNS, summary_record
 from attnbench.results.replay_plots import plot_replay
 from attnbench.results.replay_report import summary_text
 from attnbench.runs.kernel import ContextDied, point_key, points_of_shard, resume_state, sweep_into, without
-from attnbench.runs.resume import sweep_record
+from attnbench.runs.resume import flag_text, sweep_record
 from attnbench.runs.rundir import RunDir
 from attnbench.workers.shards import parse_shard
 from attnbench.traces.buckets import DEFAULT_RATIO, bucket_steps, sample_steps, sizes, step_buckets
@@ -56,7 +57,8 @@ class ReplayArgs:
     strategy: list[str] = DEFAULT_STRATEGIES
     backend: list[str] | None = None
     mode: list[str] | None = None
-    bucket_ratio: float = DEFAULT_RATIO
+    bucket_ratio: float | None = None  # None: DEFAULT_RATIO, or CPU_DEFAULTS' on the CPU
+    steps: int | None = None  # None: every step (CPU_DEFAULTS' on the CPU)
     exact_sample: int = 0
     budget_ms: float | None = None
     rel_spread: float = 0.01
@@ -69,6 +71,36 @@ class ReplayArgs:
     isolate: bool = False
     point_timeout: float | None = None
     shard: str | None = None
+
+
+# On the CPU the reference backend replays as a pipeline demo (no verdicts): the trace's first steps, in
+# coarser buckets, timed briefly, and a small shape (when no shape flag is given and the header's is
+# larger; a header without one still needs the flags) keep `attnbench replay scenarios/traces/chat-high.jsonl` under a minute on two cores.
+CPU_DEFAULTS = {"steps": 40, "bucket_ratio": 4.0, "budget_ms": 5.0}
+CPU_SHAPE = {"heads": 4, "kv_heads": 1, "dim": 32}
+CPU_RUNS = "the reference backend (plain torch, perf_counter timing), a pipeline demo with no verdicts"
+
+
+def with_device_defaults(args: ReplayArgs, header: Shape) -> tuple[ReplayArgs, str | None]:
+    """(args with the device's defaults where not given, the CPU run's line; None on a GPU)."""
+    if resolve_device(args.device).type != "cpu":
+        return replace(args, bucket_ratio=DEFAULT_RATIO if args.bucket_ratio is None else args.bucket_ratio), None
+    filled = {name: value for name, value in CPU_DEFAULTS.items() if getattr(args, name) is None}
+    larger = None not in (header.num_heads, header.head_dim) and \
+        (header.num_heads > CPU_SHAPE["heads"] or header.head_dim > CPU_SHAPE["dim"])
+    if larger and all(getattr(args, name) is None for name in CPU_SHAPE):
+        filled.update(CPU_SHAPE)
+    scaled = {name.replace("_", "-"): flag_text(value) for name, value in filled.items()}
+    return replace(args, **filled), cpu_run_line(CPU_RUNS, scaled)
+
+
+def first_steps(trace: Trace, steps: int | None) -> Trace:
+    """The trace's first `steps` steps (all of them when it has fewer, or for None)."""
+    if steps is None:
+        return trace
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise UsageError(f"--steps: must be a whole number of steps, 1 or more, got {steps}")
+    return replace(trace, steps=trace.steps[:steps])
 
 
 @dataclass(frozen=True)
@@ -156,7 +188,9 @@ RULE = ("kind, and log-spaced bins (--bucket-ratio) of decode rows, query tokens
 
 def run_replay(args: ReplayArgs, console: Console, command: list[str]) -> Path:
     """Read, bucket, plan, claim, measure, report: a bad trace or flag is refused before the directory."""
-    trace = read_trace(args.trace)
+    whole = read_trace(args.trace)
+    args, cpu_line = with_device_defaults(args, whole.header.shape)
+    trace = first_steps(whole, args.steps)
     shape = replay_shape(args, trace.header.shape)
     points, units, buckets = replay_points(trace, shape, args)
     plan = plan_replay(args, points, shape)
@@ -166,12 +200,14 @@ def run_replay(args: ReplayArgs, console: Console, command: list[str]) -> Path:
     unit_of = {point_key(p.key()): u for p, u in zip(points, units)}
     with run.locked():
         env = replay_env(command, args, plan, trace, shape, buckets, digest)
+        env["replay"]["trace_steps"] = len(whole.steps)
         keep = None
         if args.resume:
             done, keep = resume_state(plan, run, env, rows_kind="kernel")
             plan = without(plan, done)
             console.print(f"resuming {run.path}: {len(done)} point(s) already measured")
-        for notice in plan.notices:  # once the directory is claimed and resumable: a refusal is the only line
+        notices = [n for n in plan.notices if not n.startswith("CPU run:")] + ([cpu_line] if cpu_line else [])
+        for notice in notices:  # once the directory is claimed and resumable: a refusal is the only line
             console.print(f"[yellow]{notice}[/]")
         run.write_env(env)
         writer = run.row_writer(keep, COLUMNS)
@@ -205,9 +241,13 @@ def write_replay_outputs(run: RunDir, env: dict, steps: pd.DataFrame, console: C
     if rows.empty:
         raise UsageError("no rows were measured")
     run.write_text("buckets.csv", steps.to_csv(index=False))
-    trace = {"path": env["replay"]["trace"], "steps": env["replay"]["steps"], "buckets": env["replay"]["buckets"],
-             "rule": RULE, "ratio": env["replay"]["bucket_ratio"], "exact_sample": env["replay"]["exact_sample"],
-             "seed": env["replay"]["seed"], "shard": "{index}/{count}".format(**env["shard"]) if "shard" in env else None, "kinds": ", ".join(f"{n} {k}" for k, n in env["replay"]["kinds"].items())}
+    replay = env["replay"]
+    steps_said = replay["steps"] if replay.get("trace_steps", replay["steps"]) == replay["steps"] else \
+        f"the first {replay['steps']} of its {replay['trace_steps']}"
+    trace = {"path": replay["trace"], "steps": steps_said, "buckets": replay["buckets"], "rule": RULE,
+             "ratio": replay["bucket_ratio"], "exact_sample": replay["exact_sample"], "seed": replay["seed"],
+             "shard": "{index}/{count}".format(**env["shard"]) if "shard" in env else None,
+             "kinds": ", ".join(f"{n} {k}" for k, n in replay["kinds"].items())}
     summary = run.write_text("summary.md", summary_text(rows, steps, trace))
     env["replay"]["results"] = summary_record(rows, steps)
     run.write_env(env)
