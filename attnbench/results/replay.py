@@ -32,8 +32,25 @@ def choice_of(rows: pd.DataFrame) -> pd.Series:
 
 
 def passed(rows: pd.DataFrame, part: str, mode: str) -> pd.DataFrame:
+    """The passing rows of `part` in `mode`, with their choice, and `bucket`, `step` (whole numbers)
+    and `steps` (a weight above 0) as numbers; AttnbenchError naming the column when one is not."""
     chosen = rows[(rows["part"] == part) & (rows["mode"] == mode) & (rows["verdict"] == "pass")]
-    return chosen.assign(choice=choice_of(chosen))
+    numbers = {c: pd.to_numeric(chosen[c], errors="coerce") for c in ("bucket", "step", "steps")}
+    for column, values in numbers.items():
+        wrong = values.isna() | (values <= 0 if column == "steps" else (values < 0) | (values % 1 != 0))
+        if wrong.any():
+            raise AttnbenchError(f"results.csv: a {part} row's {column} is {chosen[column][wrong].iloc[0]!r}, not "
+                                 + ("a weight above 0" if column == "steps" else "a whole number 0 or more"))
+    return chosen.assign(choice=choice_of(chosen), bucket=numbers["bucket"].astype(int),
+                         step=numbers["step"].astype(int), steps=numbers["steps"].astype(float))
+
+
+def check_rows(rows: pd.DataFrame) -> None:
+    """Every passing row's `bucket`, `step` and `steps` are numbers (what `passed` checks), in every
+    part and mode: a merge checks before it writes anything."""
+    for part in ("bucket", "sample"):
+        for mode in modes_of(rows):
+            passed(rows, part, mode)
 
 
 def step_counts(steps: pd.DataFrame) -> pd.Series:

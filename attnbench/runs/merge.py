@@ -38,7 +38,7 @@ def run_merge(runs: list[Path], out: Path, allow_mixed: bool, partial: bool, for
                          f"{f' and {len(held) - 1} more' if len(held) > 1 else ''}); choose a new directory "
                          "or --force over it")
     merged = merge_runs(inputs, allow_mixed, partial, command)
-    steps = replay_steps(runs) if "replay" in merged.env else None
+    steps = replay_steps(runs, merged) if "replay" in merged.env else None
     run = RunDir.prepare(out, force=force)
     with run.locked():
         write_merged(merged, run)
@@ -53,10 +53,14 @@ def run_merge(runs: list[Path], out: Path, allow_mixed: bool, partial: bool, for
     return run.path
 
 
-def replay_steps(runs: list[Path]):
+def replay_steps(runs: list[Path], merged: Merged):
     """A merged replay's buckets.csv: every input's, and one and the same (the shards of one trace,
-    bucketed by one rule); AttnbenchError naming the first that differs."""
-    from attnbench.results.replay import read_steps
+    bucketed by one rule), after its rows are checked; AttnbenchError naming the first that differs."""
+    import pandas as pd
+
+    from attnbench.results.replay import check_rows, read_steps
+
+    check_rows(pd.DataFrame(merged.rows, columns=merged.header))
 
     tables = [read_steps(path) for path in runs]
     for path, table in zip(runs[1:], tables[1:]):
