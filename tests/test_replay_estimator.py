@@ -102,6 +102,12 @@ def test_every_step_sampled_gives_no_bucketing_error_for_an_affine_timer(buckete
     timer = affine(0.005, 1e-6, 3e-5)
     [error] = sample_errors(rows_of(trace, buckets, timer, sample=True), steps_table(trace, buckets), "graph")
     assert error.steps == len(trace.steps) and abs(error.error_pct) < 1e-6
+    # its standard error: each step against its bucket's mean time, spread over the sample
+    times = np.array([timer(s) for s in trace.steps])
+    means = {b.index: times[list(b.steps)].mean() for b in buckets}
+    differences = [means[b.index] - times[i] for b in buckets for i in b.steps]
+    expected = np.std(differences, ddof=1) * math.sqrt(len(differences)) / times.sum() * 100
+    assert error.stderr_pct == pytest.approx(expected, rel=1e-6) and error.stderr_pct > 0
 
 
 def test_a_representative_that_failed_leaves_its_bucket_without_a_time(bucketed):

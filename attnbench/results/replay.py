@@ -39,7 +39,7 @@ def passed(rows: pd.DataFrame, part: str, mode: str) -> pd.DataFrame:
     for column, values in numbers.items():
         wrong = values.isna() | (values <= 0 if column == "steps" else (values < 0) | (values % 1 != 0))
         if wrong.any():
-            raise AttnbenchError(f"results.csv: a {part} row's {column} is {chosen[column][wrong].iloc[0]!r}, not "
+            raise AttnbenchError(f"results.csv: a {part} row's {column} is '{chosen[column][wrong].iloc[0]}', not "
                                  + ("a weight above 0" if column == "steps" else "a whole number 0 or more"))
     return chosen.assign(choice=choice_of(chosen), bucket=numbers["bucket"].astype(int),
                          step=numbers["step"].astype(int), steps=numbers["steps"].astype(float))
@@ -184,13 +184,17 @@ def wins(rows: pd.DataFrame, steps: pd.DataFrame, mode: str, ratio: float) -> pd
 @dataclass(frozen=True)
 class SampleError:
     """Over the sampled steps timed one by one: their timed total against the bucketed estimate of
-    the same steps (each its bucket's time); error_pct = (estimate - timed) / timed x 100."""
+    the same steps (each its bucket's time); error_pct = (estimate - timed) / timed x 100. Each step
+    is estimated by its bucket's mean, so a step differs from its estimate even when the buckets sum
+    the trace exactly: stderr_pct is the standard error of error_pct that this alone gives over the
+    sample (the per-step differences' spread x sqrt(steps) / timed x 100; NaN under 2 steps)."""
 
     choice: str
     steps: int
     timed_ms: float
     estimate_ms: float
     error_pct: float
+    stderr_pct: float
 
 
 def sample_errors(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[SampleError]:
@@ -203,9 +207,13 @@ def sample_errors(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[Sa
             continue
         estimates = times[choice].reindex(bucket_of.reindex(group["step"].astype(int)).values).values
         keep = ~pd.isna(estimates)
-        timed, estimate = float(group["median_ms"].values[keep].sum()), float(estimates[keep].sum())
+        timed_steps = group["median_ms"].to_numpy(dtype=float)[keep]
+        timed, estimate = float(timed_steps.sum()), float(estimates[keep].sum())
+        differences = estimates[keep].astype(float) - timed_steps
+        spread = float(differences.std(ddof=1)) * math.sqrt(len(differences)) if len(differences) > 1 else math.nan
         if keep.any() and timed > 0:
-            found.append(SampleError(choice, int(keep.sum()), timed, estimate, (estimate - timed) / timed * 100))
+            found.append(SampleError(choice, int(keep.sum()), timed, estimate, (estimate - timed) / timed * 100,
+                                     spread / timed * 100))
     return found
 
 
@@ -231,7 +239,8 @@ def summary_record(rows: pd.DataFrame, steps: pd.DataFrame) -> dict:
                                                  "best_single_ms": round(best.best_ms, 6),
                                                  "saving_pct": round(best.saving * 100, 3)},
             "exact_sample": {e.choice: {"steps": e.steps, "timed_ms": round(e.timed_ms, 6),
-                                        "estimate_ms": round(e.estimate_ms, 6), "error_pct": round(e.error_pct, 3)}
+                                        "estimate_ms": round(e.estimate_ms, 6), "error_pct": round(e.error_pct, 3),
+                                        "stderr_pct": None if math.isnan(e.stderr_pct) else round(e.stderr_pct, 3)}
                              for e in sample_errors(rows, steps, mode)},
         }
     return record
