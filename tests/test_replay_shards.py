@@ -18,17 +18,18 @@ FAST = ["--budget-ms", "2", "--device", "cpu", "--exact-sample", "3"]
 PLOTS = ("replay_per_step.png", "replay_speedup_cdf.png", "replay_kind_share.png")
 
 
-def shape_of_summary(text: str) -> list[str]:
-    """summary.md's headings, table headers and each table row's first cell: what a report holds, not its numbers."""
-    kept = []
+def shape_of_summary(text: str) -> tuple[list[str], list[str]]:
+    """summary.md's headings and table headers in order, and each table row's first cell (sorted: rows
+    are ordered by time): what a report holds, not its numbers."""
+    kept, cells = [], []
     for line in text.splitlines():
         if line.startswith("#") or line.startswith("| choice") or line.startswith("| kind"):
             kept.append(line)
         elif line.startswith("| ") and not line.startswith("|---"):
-            kept.append(line.split("|")[1].strip())
+            cells.append(line.split("|")[1].strip())
         elif line.startswith("Per-step oracle") or line.startswith("Bucketing error"):
-            kept.append(re.sub(r"[\d.]+ ms", "N ms", line))
-    return kept
+            kept.append(re.sub(r"[\d.]+ ms|reference \w+", "N", line))
+    return kept, sorted(cells)
 
 
 def keys(path) -> list[tuple]:
