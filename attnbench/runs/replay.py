@@ -76,7 +76,7 @@ class ReplayArgs:
 # On the CPU the reference backend replays as a pipeline demo (no verdicts): the trace's first steps, in
 # coarser buckets, timed briefly, and a small shape (when no shape flag is given and the header's is
 # larger; a header without one still needs the flags) keep `attnbench replay scenarios/traces/chat-high.jsonl` under a minute on two cores.
-CPU_DEFAULTS = {"steps": 40, "bucket_ratio": 4.0, "budget_ms": 5.0}
+CPU_DEFAULTS = {"steps": 32, "bucket_ratio": 4.0, "budget_ms": 5.0}
 CPU_SHAPE = {"heads": 4, "kv_heads": 1, "dim": 32}
 CPU_RUNS = "the reference backend (plain torch, perf_counter timing), a pipeline demo with no verdicts"
 
