@@ -1,8 +1,9 @@
 """Bucketing a step trace for `attnbench replay` (traces/buckets.py), against small traces bucketed by hand.
 
 Oracle: the rule as the guide states it (same kind, same log-spaced bins of decode rows, query
-tokens and total KV tokens; the median step by KV tokens timed), applied here by hand, and a
-brute-force search for a value's bin.
+tokens and total KV tokens), applied here by hand, and a brute-force search for a value's bin. The
+representatives' weights are checked against the sums they must reproduce (tests/test_replay_estimator.py
+sums a fake timer over whole traces with them).
 """
 
 from __future__ import annotations
@@ -44,12 +45,15 @@ def test_hand_bucketed_trace():
     buckets = bucket_steps(HAND, 2.0)
     assert [(b.index, b.kind, b.steps) for b in buckets] == [
         (0, "decode", (0, 1, 5)), (1, "decode", (2,)), (2, "mixed", (3, 6)), (3, "prefill", (4,))]
-    # bucket 0 by (kv tokens, query tokens, step): 5 (50), 1 (60, 2 tokens), 0 (60, 3): the middle one is 1
-    assert [b.representative for b in buckets] == [1, 2, 3, 4]
+    # bucket 0's three steps differ in rows and kv tokens independently: each is timed, weighing 1; steps 3
+    # and 6 are the same step: one of them weighs 2
+    assert [(b.representatives, b.weights) for b in buckets if b.index != 2] == [
+        ((0, 1, 5), (1.0, 1.0, 1.0)), ((2,), (1.0,)), ((4,), (1.0,))]
+    assert buckets[2].representatives in ((3,), (6,)) and buckets[2].weights == pytest.approx((2.0,))
     assert buckets[0].bins == (1, 1, 5) and buckets[3].bins == (-1, 4, 4)
     assert step_buckets(buckets, len(HAND.steps)) == [0, 0, 1, 2, 3, 0, 2]
     assert buckets[0].describe(2.0).startswith("bucket 0: decode, decode rows 2-3, query tokens 2-3, kv tokens 32-63; "
-                                               "3 step(s), timed on step 1")
+                                               "3 step(s), timed on step(s) 0 (x1), 1 (x1), 5 (x1)")
     assert "decode rows 0," in buckets[3].describe(2.0)
 
 

@@ -36,7 +36,7 @@ def fabricate(seed: int, num_steps: int = 60, num_buckets: int = 7, failed: tupl
     for (backend, strategy), b in times:
         verdict = "error" if ((backend, strategy), b) in failed else "pass"
         t = times[(backend, strategy), b]
-        rows.append(dict(part="bucket", bucket=b, step=-1, steps=bucket.count(b), backend=backend, strategy=strategy,
+        rows.append(dict(part="bucket", bucket=b, step=0, steps=bucket.count(b), backend=backend, strategy=strategy,
                          mode="graph", verdict=verdict, median_ms=t, p10_ms=0.9 * t, p90_ms=1.2 * t, device="cuda",
                          gpu="H200"))
     sampled = sorted(rng.sample(range(num_steps), 12))

@@ -20,7 +20,8 @@ from attnbench.console import make_console
 from attnbench.kernels.choices import MODES
 
 Heads = Annotated[Optional[int], typer.Option(help="Query heads, over the trace header's shape (needed when the header "
-                                                   "has none). Example: --heads 32")]
+                                                   "has none; on the CPU without --heads, --kv-heads or --dim: 4 heads, "
+                                                   "1 KV head, dim 32). Example: --heads 32")]
 KvHeads = Annotated[Optional[int], typer.Option(help="KV heads, over the header's (default: its, else --heads). "
                                                      "Example: --kv-heads 8")]
 Dim = Annotated[Optional[int], typer.Option(help="Head dim, over the header's (needed when the header has none). "
@@ -40,9 +41,10 @@ def replay(
     strategy: options.Strategy = "unified,split",
     backend: options.Backend = None,
     mode: Annotated[Optional[list], typer.Option(parser=list_of(str, "--mode", optional=True, choices=lambda: (*MODES, "both")), help="Timing mode: eager, graph or both (both on GPU, eager on CPU by default). Example: --mode graph")] = "",
-    bucket_ratio: Annotated[float, typer.Option(help="Steps share a bucket when they have the same kind and their decode rows, query tokens and total KV tokens fall in the same log-spaced bins of this ratio (closer to 1: more buckets, less bucketing error). Example: --bucket-ratio 1.5")] = 2.0,
+    bucket_ratio: Annotated[Optional[float], typer.Option(help="Steps share a bucket when they have the same kind and their decode rows, query tokens and total KV tokens fall in the same log-spaced bins of this ratio (closer to 1: more buckets, each timed on a few of its steps; default 2, 4 on the CPU). Example: --bucket-ratio 1.5")] = None,
+    steps: Annotated[Optional[int], typer.Option(help="Replay only the trace's first N steps (default: all of them on a GPU, 32 on the CPU). Example: --steps 1000")] = None,
     exact_sample: Annotated[int, typer.Option(help="Also time this many steps drawn from the trace (with --seed) one by one, and report each choice's bucketed estimate of them against their timed total. Example: --exact-sample 500")] = 0,
-    budget_ms: Annotated[Optional[float], typer.Option(help="Sampling time budget per row and replicate, ms (default 1000 on GPU, 200 on CPU). Example: --budget-ms 100")] = None,
+    budget_ms: Annotated[Optional[float], typer.Option(help="Sampling time budget per row and replicate, ms (default 1000 on GPU, 5 on CPU). Example: --budget-ms 100")] = None,
     rel_spread: Annotated[float, typer.Option(help="Stop sampling once IQR / median is below this. Example: --rel-spread 0.005")] = 0.01,
     replicates: Annotated[Optional[int], typer.Option(help="Measure every row this many times on fresh inputs, plans and graphs (default 3 on a GPU, 1 on the CPU). Example: --replicates 3")] = None,
     seed: Annotated[int, options.seed("drawing the --exact-sample steps")] = 0,

@@ -34,8 +34,9 @@ def attended_pairs(query_len: int, kv_len: int, causal: bool) -> int:
     """(query, key) pairs one sequence computes; causal masks align bottom-right."""
     if not causal:
         return query_len * kv_len
-    # query i (0-based) sees min(kv_len, kv_len - query_len + i + 1) keys, at least 0
-    return sum(max(0, min(kv_len, kv_len - query_len + i + 1)) for i in range(query_len))
+    # query i (0-based) sees min(kv_len, kv_len - query_len + i + 1) keys, at least 0: summed in closed form
+    seen = min(query_len, kv_len)  # the last `seen` queries see 1 .. kv_len keys; the others none
+    return seen * (kv_len - seen) + seen * (seen + 1) // 2
 
 
 def flops(point: SweepPoint, batch: Batch) -> float:

@@ -5,7 +5,11 @@ Why apart from the sweep's tables: a replay's rows are buckets of steps, each we
 count (traces/buckets.py), and its questions are about the whole trace. Everything here reads two
 tables: results.csv's rows (`part` bucket or sample, `bucket`, `step`, `steps`) and buckets.csv
 (each step's kind, sizes and bucket). A choice is a backend with a strategy, within one mode; its
-time for a step is its bucket's median (one layer's attention), and only passing rows count.
+time for a step is its bucket's mean: the weighted mean of the medians of the bucket's
+representatives (each row's `steps` is its weight; traces/buckets.py says why they sum the bucket
+exactly when time is affine in the step's sizes), one layer's attention. Only passing rows count,
+and a bucket counts for a choice only when all its representatives passed (their weights add up to
+its step count).
 """
 
 from __future__ import annotations
@@ -28,20 +32,50 @@ def choice_of(rows: pd.DataFrame) -> pd.Series:
 
 
 def passed(rows: pd.DataFrame, part: str, mode: str) -> pd.DataFrame:
+    """The passing rows of `part` in `mode`, with their choice, and `bucket`, `step` (whole numbers)
+    and `steps` (a weight above 0) as numbers; AttnbenchError naming the column when one is not."""
     chosen = rows[(rows["part"] == part) & (rows["mode"] == mode) & (rows["verdict"] == "pass")]
-    return chosen.assign(choice=choice_of(chosen))
+    numbers = {c: pd.to_numeric(chosen[c], errors="coerce") for c in ("bucket", "step", "steps")}
+    for column, values in numbers.items():
+        wrong = values.isna() | (values <= 0 if column == "steps" else (values < 0) | (values % 1 != 0))
+        if wrong.any():
+            raise AttnbenchError(f"results.csv: a {part} row's {column} is '{chosen[column][wrong].iloc[0]}', not "
+                                 + ("a weight above 0" if column == "steps" else "a whole number 0 or more"))
+    return chosen.assign(choice=choice_of(chosen), bucket=numbers["bucket"].astype(int),
+                         step=numbers["step"].astype(int), steps=numbers["steps"].astype(float))
 
 
-def bucket_times(rows: pd.DataFrame, mode: str, value: str = "median_ms") -> pd.DataFrame:
-    """Bucket x choice: each bucket's `value` (ms) for each choice that passed on it."""
-    chosen = passed(rows, "bucket", mode)
-    if chosen.empty:
-        return pd.DataFrame()
-    return chosen.pivot_table(index="bucket", columns="choice", values=value, aggfunc="first")
+def check_rows(rows: pd.DataFrame) -> None:
+    """Every passing row's `bucket`, `step` and `steps` are numbers (what `passed` checks), in every
+    part and mode: a merge checks before it writes anything."""
+    for part in ("bucket", "sample"):
+        for mode in modes_of(rows):
+            passed(rows, part, mode)
 
 
 def step_counts(steps: pd.DataFrame) -> pd.Series:
     return steps.groupby("bucket").size()
+
+
+def weighted_times(chosen: pd.DataFrame, value: pd.Series, counts: pd.Series) -> pd.DataFrame:
+    """Bucket x choice: the representatives' `value` (ms, one per row of `chosen`) weighed by their
+    `steps` and divided by the bucket's step count; NaN where their weights do not add up to it
+    (a representative that did not pass, or a shard that did not time it)."""
+    weights = chosen["steps"].astype(float)
+    frame = chosen[["bucket", "choice"]].assign(weighted=value.to_numpy() * weights.to_numpy(), weight=weights)
+    summed = frame.groupby(["bucket", "choice"])[["weighted", "weight"]].sum()
+    count = summed.index.get_level_values("bucket").map(counts).to_numpy(dtype=float)
+    whole = abs(summed["weight"].to_numpy() - count) <= 1e-6 * count
+    mean = (summed["weighted"] / count).where(whole)
+    return mean.unstack("choice").reindex(counts.index)
+
+
+def bucket_times(rows: pd.DataFrame, steps: pd.DataFrame, mode: str, value: str = "median_ms") -> pd.DataFrame:
+    """Bucket x choice: each bucket's mean per-step `value` (ms) for each choice whose representatives passed."""
+    chosen = passed(rows, "bucket", mode)
+    if chosen.empty:
+        return pd.DataFrame(index=step_counts(steps).index)
+    return weighted_times(chosen, chosen[value].astype(float), step_counts(steps))
 
 
 @dataclass(frozen=True)
@@ -59,7 +93,7 @@ class Total:
 def totals(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[Total]:
     """Each choice's total, fastest first (incomplete choices last)."""
     counts = step_counts(steps)
-    tables = [bucket_times(rows, mode, v).reindex(counts.index) for v in ("median_ms", "p10_ms", "p90_ms")]
+    tables = [bucket_times(rows, steps, mode, v) for v in ("median_ms", "p10_ms", "p90_ms")]
     found = []
     for choice in tables[0].columns:
         median, low, high = (t[choice] for t in tables)
@@ -71,8 +105,7 @@ def totals(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[Total]:
 
 def complete_times(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> pd.DataFrame:
     """Bucket x choice, only the choices that passed on every bucket (the ones a total compares)."""
-    counts = step_counts(steps)
-    times = bucket_times(rows, mode).reindex(counts.index)
+    times = bucket_times(rows, steps, mode)
     return times[[c for c in times.columns if times[c].notna().all()]]
 
 
@@ -109,8 +142,7 @@ def replicate_times(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[
         return []
     tables = []
     for r in range(len(medians[0])):
-        table = chosen.assign(replicate=[m[r] for m in medians]).pivot_table(
-            index="bucket", columns="choice", values="replicate", aggfunc="first").reindex(step_counts(steps).index)
+        table = weighted_times(chosen, pd.Series([m[r] for m in medians]), step_counts(steps))
         tables.append(table[[c for c in table.columns if table[c].notna().all()]])
     return tables
 
@@ -152,17 +184,21 @@ def wins(rows: pd.DataFrame, steps: pd.DataFrame, mode: str, ratio: float) -> pd
 @dataclass(frozen=True)
 class SampleError:
     """Over the sampled steps timed one by one: their timed total against the bucketed estimate of
-    the same steps (each its bucket's time); error_pct = (estimate - timed) / timed x 100."""
+    the same steps (each its bucket's time); error_pct = (estimate - timed) / timed x 100. Each step
+    is estimated by its bucket's mean, so a step differs from its estimate even when the buckets sum
+    the trace exactly: stderr_pct is the standard error of error_pct that this alone gives over the
+    sample (the per-step differences' spread x sqrt(steps) / timed x 100; NaN under 2 steps)."""
 
     choice: str
     steps: int
     timed_ms: float
     estimate_ms: float
     error_pct: float
+    stderr_pct: float
 
 
 def sample_errors(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[SampleError]:
-    times = bucket_times(rows, mode)
+    times = bucket_times(rows, steps, mode)
     sampled = passed(rows, "sample", mode)
     bucket_of = steps.set_index("step")["bucket"]
     found = []
@@ -171,9 +207,13 @@ def sample_errors(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[Sa
             continue
         estimates = times[choice].reindex(bucket_of.reindex(group["step"].astype(int)).values).values
         keep = ~pd.isna(estimates)
-        timed, estimate = float(group["median_ms"].values[keep].sum()), float(estimates[keep].sum())
+        timed_steps = group["median_ms"].to_numpy(dtype=float)[keep]
+        timed, estimate = float(timed_steps.sum()), float(estimates[keep].sum())
+        differences = estimates[keep].astype(float) - timed_steps
+        spread = float(differences.std(ddof=1)) * math.sqrt(len(differences)) if len(differences) > 1 else math.nan
         if keep.any() and timed > 0:
-            found.append(SampleError(choice, int(keep.sum()), timed, estimate, (estimate - timed) / timed * 100))
+            found.append(SampleError(choice, int(keep.sum()), timed, estimate, (estimate - timed) / timed * 100,
+                                     spread / timed * 100))
     return found
 
 
@@ -199,7 +239,8 @@ def summary_record(rows: pd.DataFrame, steps: pd.DataFrame) -> dict:
                                                  "best_single_ms": round(best.best_ms, 6),
                                                  "saving_pct": round(best.saving * 100, 3)},
             "exact_sample": {e.choice: {"steps": e.steps, "timed_ms": round(e.timed_ms, 6),
-                                        "estimate_ms": round(e.estimate_ms, 6), "error_pct": round(e.error_pct, 3)}
+                                        "estimate_ms": round(e.estimate_ms, 6), "error_pct": round(e.error_pct, 3),
+                                        "stderr_pct": None if math.isnan(e.stderr_pct) else round(e.stderr_pct, 3)}
                              for e in sample_errors(rows, steps, mode)},
         }
     return record

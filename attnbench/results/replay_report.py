@@ -65,9 +65,12 @@ def sample_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[s
     if not errors:
         return ["Bucketing error: not measured (no --exact-sample step passed; `--exact-sample N` times N steps "
                 "one by one and compares them with their buckets).", ""]
-    lines = [[e.choice, e.steps, _ms(e.timed_ms), _ms(e.estimate_ms), f"{e.error_pct:+.2f} %"] for e in errors]
+    lines = [[e.choice, e.steps, _ms(e.timed_ms), _ms(e.estimate_ms), f"{e.error_pct:+.2f} %",
+              "—" if math.isnan(e.stderr_pct) else f"{e.stderr_pct:.2f} %"] for e in errors]
     return ["### Bucketing error (sampled steps timed one by one)", "",
-            *_table(["choice", "steps", "timed ms", "bucketed estimate ms", "error"], lines), ""]
+            *_table(["choice", "steps", "timed ms", "bucketed estimate ms", "error", "standard error"], lines), "",
+            "Each sampled step is estimated by its bucket's mean: the standard error is how far the error moves "
+            "with which steps were drawn, even when the buckets sum the whole trace exactly.", ""]
 
 
 def summary_text(rows: pd.DataFrame, steps: pd.DataFrame, trace: dict) -> str:
@@ -82,8 +85,8 @@ def summary_text(rows: pd.DataFrame, steps: pd.DataFrame, trace: dict) -> str:
             *([f"- shard {trace['shard']}: only its share of the points was measured here; the other shards' "
                "buckets have no rows, so no choice has a total"] if trace.get("shard") else []),
             f"- ran on: {where_it_ran(rows)}",
-            "- times are one layer's attention per step, summed over the steps (each bucket's median weighed by "
-            "its step count)", ""]
+            "- times are one layer's attention per step, summed over the steps (each bucket's representatives' "
+            "medians, each weighed by the steps it stands for)", ""]
     for mode in modes_of(rows):
         out += [f"## {mode}", "", *totals_section(rows, steps, mode), *oracle_section(rows, steps, mode, cpu),
                 *wins_section(rows, steps, mode, trace["ratio"]), *sample_section(rows, steps, mode)]

@@ -7,8 +7,9 @@ backend x strategy per batch. A cell is that batch; its choices are the backend 
 that passed their check (a failed, skipped or erroring row is not a choice for that cell), each
 at its median time. Its features are what the rows carry about the batch and what a serving
 engine knows before a step runs (FEATURES; `feature_values` computes them from the step's
-lengths, the same way, so the exported function and the fit agree). A replay cell weighs the
-steps it stands for (its bucket's count in buckets.csv), a sweep cell weighs 1.
+lengths, the same way, so the exported function and the fit agree). A replay cell is one of a
+bucket's representative steps and weighs the steps it stands for (its row's `steps`; a bucket's
+weights add up to its count in buckets.csv), a sweep cell weighs 1.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def run_cells(path: Path, mode: str | None, number: int) -> tuple[pd.DataFrame, 
     if chosen["mode"].nunique() > 1:
         raise AttnbenchError(f"RUN: {path} holds rows of modes {', '.join(sorted(chosen['mode'].unique()))}; "
                              "give --mode to fit on one")
-    key = (["bucket"] if replay else [c for c in POINT_COLUMNS if c in chosen.columns]) \
+    key = (["bucket", "step"] if replay else [c for c in POINT_COLUMNS if c in chosen.columns]) \
         + [c for c in ("l2",) if c in chosen.columns]  # a cold and a warm L2 are two cells
     cell = chosen[key].astype(str).agg("|".join, axis=1)
     long = chosen.assign(cell=f"{number}:" + cell, choice=chosen["backend"] + " " + chosen["strategy"])
@@ -103,7 +104,7 @@ def run_cells(path: Path, mode: str | None, number: int) -> tuple[pd.DataFrame, 
 
 
 def _replay_weights(path: Path, long: pd.DataFrame) -> pd.Series:
-    """Each bucket cell's step count, from buckets.csv (the trace's steps and their buckets)."""
+    """Each representative cell's weight (the steps it stands for), of a bucket buckets.csv holds."""
     try:
         steps = read_steps(path)
     except AttnbenchError as exc:
@@ -114,7 +115,7 @@ def _replay_weights(path: Path, long: pd.DataFrame) -> pd.Series:
     lacking = sorted(set(buckets) - set(counts.index))
     if lacking:
         raise AttnbenchError(f"RUN: {steps_file} has no step in bucket {lacking[0]} that results.csv timed")
-    return buckets.map(counts).astype(float)
+    return long.drop_duplicates("cell").set_index("cell")["steps"].astype(float)
 
 
 def _trace_of(path: Path) -> str | None:

@@ -3,8 +3,10 @@
 results/merge.py reads, checks and joins the inputs (rows and env.json); here the merged run is
 written like any other run (runs/rundir.py: claimed new or empty, or `--force`, locked, every file
 recorded), and the outputs made from the merged results.csv (parquet, summary.md, plots, the
-console table) come from the writers the kernel and e2e jobs use, so a merged run looks like one
-that measured every point.
+console table) come from the writers the kernel, e2e and replay jobs use, so a merged run looks like
+one that measured every point: the shards of a replay (`replay --shard I/N`) merge into a replay run
+with its summary.md (totals, oracle, wins, bucketing error), its plots and buckets.csv, which every
+shard holds the same (one trace, one bucket rule).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from attnbench.errors import UsageError
+from attnbench.errors import AttnbenchError, UsageError
 from attnbench.results.e2e_report import write_e2e_outputs
 from attnbench.results.merge import Merged, merge_runs, read_run_dir
 from attnbench.runs.kernel import write_kernel_outputs
+from attnbench.runs.replay import write_replay_outputs
 from attnbench.runs.rundir import LOCK, RunDir
 
 
@@ -35,15 +38,36 @@ def run_merge(runs: list[Path], out: Path, allow_mixed: bool, partial: bool, for
                          f"{f' and {len(held) - 1} more' if len(held) > 1 else ''}); choose a new directory "
                          "or --force over it")
     merged = merge_runs(inputs, allow_mixed, partial, command)
+    steps = replay_steps(runs, merged) if "replay" in merged.env else None
     run = RunDir.prepare(out, force=force)
     with run.locked():
         write_merged(merged, run)
         console.print(f"merged {len(merged.rows)} rows of {len(inputs)} run(s) into {run.path}")
         for note in merged.notes:
             console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
-        write = write_kernel_outputs if merged.kind.name == "kernel" else write_e2e_outputs
-        write(run.path, merged.env, console)
+        if steps is not None:
+            write_replay_outputs(run, merged.env, steps, console)
+        else:
+            write = write_kernel_outputs if merged.kind.name == "kernel" else write_e2e_outputs
+            write(run.path, merged.env, console)
     return run.path
+
+
+def replay_steps(runs: list[Path], merged: Merged):
+    """A merged replay's buckets.csv: every input's, and one and the same (the shards of one trace,
+    bucketed by one rule), after its rows are checked; AttnbenchError naming the first that differs."""
+    import pandas as pd
+
+    from attnbench.results.replay import check_rows, read_steps
+
+    check_rows(pd.DataFrame(merged.rows, columns=merged.header))
+
+    tables = [read_steps(path) for path in runs]
+    for path, table in zip(runs[1:], tables[1:]):
+        if not table.equals(tables[0]):
+            raise AttnbenchError(f"{path}'s buckets.csv differs from {runs[0]}'s: merge joins the shards of one "
+                                 "replay (one trace, one --bucket-ratio and --steps)")
+    return tables[0]
 
 
 def check_out_apart(out: Path, runs: list[Path]) -> None:

@@ -3,8 +3,8 @@
 Why a sweep underneath: checking against the reference, eager and graph timing, interleaved
 replicates, skip and error rows, --isolate workers, --shard and --resume already exist for a
 kernel sweep (runs/kernel.py). A replay only changes the points: each bucket of steps
-(traces/buckets.py) is a GivenPoint whose batch is its representative step, and each step of
-`--exact-sample` is one too. The point's `seed` numbers it (buckets first, then sampled steps), so
+(traces/buckets.py) is timed on a few representative steps, each a GivenPoint whose batch is that
+step, and each step of `--exact-sample` is one too. The point's `seed` numbers it (buckets first, then sampled steps), so
 its resume key is its own; results.csv carries what it stands for in four columns of its own
 (REPLAY_COLUMNS). The trace's header gives the attention shape; flags override it field by field.
 """
@@ -20,9 +20,10 @@ import torch
 from rich.console import Console
 
 from attnbench.console import default_out_dir
-from attnbench.device import device_name, select
+from attnbench.device import device_name, resolve_device, select
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.interrupts import interrupted
+from attnbench.kernels.notices import cpu_run_line
 from attnbench.kernels.plan import KernelArgs, check_measured, plan_sweep
 from attnbench.kernels.sweep import SweepPlan
 from attnbench.kernels.workload import DEFAULT_STRATEGIES, GivenPoint
@@ -32,7 +33,7 @@ from attnbench.results.replay import STEP_COLUMNS, summary_record
 from attnbench.results.replay_plots import plot_replay
 from attnbench.results.replay_report import summary_text
 from attnbench.runs.kernel import ContextDied, point_key, points_of_shard, resume_state, sweep_into, without
-from attnbench.runs.resume import sweep_record
+from attnbench.runs.resume import flag_text, sweep_record
 from attnbench.runs.rundir import RunDir
 from attnbench.workers.shards import parse_shard
 from attnbench.traces.buckets import DEFAULT_RATIO, bucket_steps, sample_steps, sizes, step_buckets
@@ -56,7 +57,8 @@ class ReplayArgs:
     strategy: list[str] = DEFAULT_STRATEGIES
     backend: list[str] | None = None
     mode: list[str] | None = None
-    bucket_ratio: float = DEFAULT_RATIO
+    bucket_ratio: float | None = None  # None: DEFAULT_RATIO, or CPU_DEFAULTS' on the CPU
+    steps: int | None = None  # None: every step (CPU_DEFAULTS' on the CPU)
     exact_sample: int = 0
     budget_ms: float | None = None
     rel_spread: float = 0.01
@@ -71,15 +73,45 @@ class ReplayArgs:
     shard: str | None = None
 
 
+# On the CPU the reference backend replays as a pipeline demo (no verdicts): the trace's first steps, in
+# coarser buckets, timed briefly, and a small shape (when no shape flag is given and the header's is
+# larger; a header without one still needs the flags) keep `attnbench replay scenarios/traces/chat-high.jsonl` under a minute on two cores.
+CPU_DEFAULTS = {"steps": 32, "bucket_ratio": 4.0, "budget_ms": 5.0}
+CPU_SHAPE = {"heads": 4, "kv_heads": 1, "dim": 32}
+CPU_RUNS = "the reference backend (plain torch, perf_counter timing), a pipeline demo with no verdicts"
+
+
+def with_device_defaults(args: ReplayArgs, header: Shape) -> tuple[ReplayArgs, str | None]:
+    """(args with the device's defaults where not given, the CPU run's line; None on a GPU)."""
+    if resolve_device(args.device).type != "cpu":
+        return replace(args, bucket_ratio=DEFAULT_RATIO if args.bucket_ratio is None else args.bucket_ratio), None
+    filled = {name: value for name, value in CPU_DEFAULTS.items() if getattr(args, name) is None}
+    larger = None not in (header.num_heads, header.head_dim) and \
+        (header.num_heads > CPU_SHAPE["heads"] or header.head_dim > CPU_SHAPE["dim"])
+    if larger and all(getattr(args, name) is None for name in CPU_SHAPE):
+        filled.update(CPU_SHAPE)
+    scaled = {name.replace("_", "-"): flag_text(value) for name, value in filled.items()}
+    return replace(args, **filled), cpu_run_line(CPU_RUNS, scaled)
+
+
+def first_steps(trace: Trace, steps: int | None) -> Trace:
+    """The trace's first `steps` steps (all of them when it has fewer, or for None)."""
+    if steps is None:
+        return trace
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise UsageError(f"--steps: must be a whole number of steps, 1 or more, got {steps}")
+    return replace(trace, steps=trace.steps[:steps])
+
+
 @dataclass(frozen=True)
 class Unit:
-    """What one point of a replay stands for: a bucket (timed on step `step`, weighing `steps`
-    steps) or one sampled step (`steps` 1) of bucket `bucket`."""
+    """What one point of a replay stands for: a representative `step` of a bucket, weighing `steps`
+    steps (a bucket's weights add up to its step count), or one sampled step (`steps` 1) of bucket `bucket`."""
 
     part: str
     bucket: int
     step: int
-    steps: int
+    steps: float
 
 
 def replay_shape(args: ReplayArgs, header: Shape) -> Shape:
@@ -93,16 +125,17 @@ def replay_shape(args: ReplayArgs, header: Shape) -> Shape:
 
 
 def replay_points(trace: Trace, shape: Shape, args: ReplayArgs) -> tuple[list[GivenPoint], list[Unit], list]:
-    """(points, what each stands for, buckets): every bucket's representative, then each sampled step."""
+    """(points, what each stands for, buckets): every bucket's representatives, then each sampled step."""
     buckets = bucket_steps(trace, args.bucket_ratio)
     of = step_buckets(buckets, len(trace.steps))
-    units = [Unit("bucket", b.index, b.representative, len(b.steps)) for b in buckets]
+    units = [Unit("bucket", b.index, step, weight) for b in buckets for step, weight in zip(b.representatives, b.weights)]
     units += [Unit("sample", of[s], s, 1) for s in sample_steps(len(trace.steps), args.exact_sample, args.seed)]
     rules = {b.index: b.describe(args.bucket_ratio) for b in buckets}
     points = []
     for number, unit in enumerate(units):
         step = trace.steps[unit.step]
-        rule = rules[unit.bucket] if unit.part == "bucket" else f"step {unit.step} (of bucket {unit.bucket})"
+        rule = f"{rules[unit.bucket]}: this row times step {unit.step}" if unit.part == "bucket" else \
+            f"step {unit.step} (of bucket {unit.bucket})"
         points.append(GivenPoint(
             kind=step.kind, num_tokens=step.num_tokens, num_heads=shape.num_heads, head_dim=shape.head_dim,
             num_kv_heads=shape.num_kv_heads, dtype=shape.dtype, block_size=shape.block_size,
@@ -149,12 +182,15 @@ def replay_env(command: list[str], args: ReplayArgs, plan: SweepPlan, trace: Tra
 
 
 RULE = ("kind, and log-spaced bins (--bucket-ratio) of decode rows, query tokens and total kv tokens; "
-        "each bucket timed on its median step by kv tokens, weighed by its step count")
+        "each bucket timed on a few of its steps, weighed so that they add up to its step count and to its sums of "
+        "decode rows, query tokens, kv tokens and attended pairs")
 
 
 def run_replay(args: ReplayArgs, console: Console, command: list[str]) -> Path:
     """Read, bucket, plan, claim, measure, report: a bad trace or flag is refused before the directory."""
-    trace = read_trace(args.trace)
+    whole = read_trace(args.trace)
+    args, cpu_line = with_device_defaults(args, whole.header.shape)
+    trace = first_steps(whole, args.steps)
     shape = replay_shape(args, trace.header.shape)
     points, units, buckets = replay_points(trace, shape, args)
     plan = plan_replay(args, points, shape)
@@ -164,12 +200,14 @@ def run_replay(args: ReplayArgs, console: Console, command: list[str]) -> Path:
     unit_of = {point_key(p.key()): u for p, u in zip(points, units)}
     with run.locked():
         env = replay_env(command, args, plan, trace, shape, buckets, digest)
+        env["replay"]["trace_steps"] = len(whole.steps)
         keep = None
         if args.resume:
             done, keep = resume_state(plan, run, env, rows_kind="kernel")
             plan = without(plan, done)
             console.print(f"resuming {run.path}: {len(done)} point(s) already measured")
-        for notice in plan.notices:  # once the directory is claimed and resumable: a refusal is the only line
+        notices = [n for n in plan.notices if not n.startswith("CPU run:")] + ([cpu_line] if cpu_line else [])
+        for notice in notices:  # once the directory is claimed and resumable: a refusal is the only line
             console.print(f"[yellow]{notice}[/]")
         run.write_env(env)
         writer = run.row_writer(keep, COLUMNS)
@@ -203,9 +241,13 @@ def write_replay_outputs(run: RunDir, env: dict, steps: pd.DataFrame, console: C
     if rows.empty:
         raise UsageError("no rows were measured")
     run.write_text("buckets.csv", steps.to_csv(index=False))
-    trace = {"path": env["replay"]["trace"], "steps": env["replay"]["steps"], "buckets": env["replay"]["buckets"],
-             "rule": RULE, "ratio": env["replay"]["bucket_ratio"], "exact_sample": env["replay"]["exact_sample"],
-             "seed": env["replay"]["seed"], "shard": "{index}/{count}".format(**env["shard"]) if "shard" in env else None, "kinds": ", ".join(f"{n} {k}" for k, n in env["replay"]["kinds"].items())}
+    replay = env["replay"]
+    steps_said = replay["steps"] if replay.get("trace_steps", replay["steps"]) == replay["steps"] else \
+        f"the first {replay['steps']} of its {replay['trace_steps']}"
+    trace = {"path": replay["trace"], "steps": steps_said, "buckets": replay["buckets"], "rule": RULE,
+             "ratio": replay["bucket_ratio"], "exact_sample": replay["exact_sample"], "seed": replay["seed"],
+             "shard": "{index}/{count}".format(**env["shard"]) if "shard" in env else None,
+             "kinds": ", ".join(f"{n} {k}" for k, n in replay["kinds"].items())}
     summary = run.write_text("summary.md", summary_text(rows, steps, trace))
     env["replay"]["results"] = summary_record(rows, steps)
     run.write_env(env)

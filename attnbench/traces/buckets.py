@@ -1,13 +1,18 @@
-"""Steps that time alike, grouped: a replay times one batch per bucket, not one per step.
+"""Steps that time alike, grouped: a replay times a few batches per bucket, not one per step.
 
 Why: a 10,000-step trace timed step by step is hours of checking and timing; most of its steps are
 near-copies of each other (a decode step of 100 rows on 80,000 KV tokens times like one of 110 rows
 on 85,000). The rule: a step's bucket is its kind (decode, prefill, mixed) and the log-spaced bins
 (ratio `ratio`, 2 by default: 1, 2-3, 4-7, ...) of three numbers an attention kernel's time follows:
-its decode rows, its query tokens and its total KV tokens. A bucket is timed on its representative,
-the median step by total KV tokens (then query tokens, then position), and weighed by its step
-count. How far that is from timing each step is measured, not assumed: `sample_steps` draws the
-steps a replay also times one by one (results/replay.py compares the two).
+its decode rows, its query tokens and its total KV tokens.
+
+Which steps a bucket is timed on, and what each weighs: a few of its steps (`representatives`), with
+weights that add up to its step count and reproduce its sums of every WORK size (decode rows, query
+tokens, KV tokens, attended (query, key) pairs). A kernel's time that is affine in those sizes
+within the bucket is then summed exactly (sum over steps of a + b.x = sum over representatives of
+w (a + b.x)); one median step, as before, was biased low when the sizes are skewed within a bin
+(median below mean). How far the estimate is from timing each step is measured, not assumed:
+`sample_steps` draws the steps a replay also times one by one (results/replay.py compares the two).
 """
 
 from __future__ import annotations
@@ -16,18 +21,30 @@ import math
 import random
 from dataclasses import dataclass
 
+import numpy as np
+
 from attnbench.errors import UsageError
+from attnbench.kernels.roofline import attended_pairs
 from attnbench.kernels.workload import MAX_SEED
 from attnbench.traces.steps import Trace, TraceStep
 
 DEFAULT_RATIO = 2.0
 MAX_RATIO = 1024.0
 SIZES = ("decode rows", "query tokens", "kv tokens")  # what the bins are of, in a bucket's key
+WORK = (*SIZES, "attended pairs")  # what a bucket's representatives reproduce the sums of
 
 
 def sizes(step: TraceStep) -> tuple[int, int, int]:
     """(decode rows, query tokens, total KV tokens) of a step."""
     return len(step.decode_rows()), step.num_tokens, sum(r.kv_len for r in step.requests)
+
+
+def work(step: TraceStep) -> tuple[int, int, int, int]:
+    """A step's sizes and its causal (query, key) pairs: what its representatives' weights reproduce."""
+    tokens = kv = pairs = 0
+    for r in step.requests:  # one pass: a 10,000-step trace of a hundred rows a step is a million requests
+        tokens, kv, pairs = tokens + r.query_len, kv + r.kv_len, pairs + attended_pairs(r.query_len, r.kv_len, True)
+    return len(step.decode_rows()), tokens, kv, pairs
 
 
 def check_ratio(ratio: float) -> float:
@@ -58,34 +75,69 @@ def bin_range(b: int, ratio: float) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class StepBucket:
-    """Steps of one kind whose sizes fall in the same bins; `representative` is the step timed."""
+    """Steps of one kind whose sizes fall in the same bins; each of `representatives` is timed and
+    stands for its weight in steps (the weights add up to the bucket's step count)."""
 
     index: int
     kind: str
     bins: tuple[int, int, int]
     steps: tuple[int, ...]
-    representative: int
+    representatives: tuple[int, ...]
+    weights: tuple[float, ...]
 
     def describe(self, ratio: float) -> str:
         ranges = []
         for name, b in zip(SIZES, self.bins):
             low, high = bin_range(b, ratio)
             ranges.append(f"{name} {low}" if low == high else f"{name} {low}-{high}")
-        return f"bucket {self.index}: {self.kind}, {', '.join(ranges)}; {len(self.steps)} step(s), " \
-               f"timed on step {self.representative} (the median by kv tokens)"
+        timed = ", ".join(f"{s} (x{w:.4g})" for s, w in zip(self.representatives, self.weights))
+        return f"bucket {self.index}: {self.kind}, {', '.join(ranges)}; {len(self.steps)} step(s), timed on " \
+               f"step(s) {timed}"
+
+
+def weigh(sizes_of: np.ndarray) -> tuple[list[int], list[float]]:
+    """(rows, weights): at most one more row than there are sizes, with weights >= 0 that add up to
+    the row count and whose weighted sums of every column are the columns' sums.
+
+    Carathéodory's reduction: start from every row weighing 1 (which reproduces the sums), and while
+    more rows are left than the columns' rank (with the count), move weight along a direction that
+    changes no sum until one row's weight reaches 0. Each move takes the rows farthest from the mean,
+    so the ones kept lean to the middle of the bucket."""
+    count = len(sizes_of)
+    mean = sizes_of.mean(axis=0)
+    centred = (sizes_of - mean) / np.where(mean > 0, mean, 1.0)
+    sums = np.vstack([np.ones(count), centred.T])  # what must not change: the count and each centred size
+    rank = int(np.linalg.matrix_rank(sums, tol=1e-9 * math.sqrt(count)))
+    alive = [int(i) for i in np.argsort(-(centred ** 2).sum(axis=1), kind="stable")]  # farthest first
+    weights = np.ones(count)
+    while len(alive) > rank:
+        moving = np.array(alive[:rank + 1])
+        direction = np.linalg.svd(sums[:, moving])[2][-1]  # sums[:, moving] @ direction == 0
+        direction = direction if direction.max() > 0 else -direction
+        up = np.flatnonzero(direction > 1e-12)
+        step = weights[moving[up]] / direction[up]
+        weights[moving] -= step.min() * direction
+        weights[moving[up[np.argmin(step)]]] = 0.0
+        spent = moving[weights[moving] < 1e-12 * count]
+        weights[spent] = 0.0
+        alive = [i for i in alive[:rank + 1] if weights[i] > 0] + alive[rank + 1:]
+    kept = [int(i) for i in np.flatnonzero(weights)]
+    return kept, [float(w) for w in weights[kept] * count / weights[kept].sum()]
 
 
 def bucket_steps(trace: Trace, ratio: float = DEFAULT_RATIO) -> list[StepBucket]:
-    """Every step in one bucket; buckets numbered in the order their first step comes."""
+    """Every step in one bucket, with its representatives; buckets numbered in the order their first step comes."""
     ratio = check_ratio(ratio)
     groups: dict[tuple, list[int]] = {}
-    measured = [sizes(step) for step in trace.steps]
+    measured = [work(step) for step in trace.steps]
     for i, step in enumerate(trace.steps):
-        groups.setdefault((step.kind, *(bin_of(v, ratio) for v in measured[i])), []).append(i)
+        groups.setdefault((step.kind, *(bin_of(v, ratio) for v in measured[i][:3])), []).append(i)
     buckets = []
     for index, (key, members) in enumerate(groups.items()):
-        ordered = sorted(members, key=lambda i: (measured[i][2], measured[i][1], i))
-        buckets.append(StepBucket(index, key[0], key[1:], tuple(members), ordered[(len(ordered) - 1) // 2]))
+        kept, weights = weigh(np.array([measured[i] for i in members], dtype=float))
+        order = sorted(range(len(kept)), key=lambda k: members[kept[k]])
+        buckets.append(StepBucket(index, key[0], key[1:], tuple(members), tuple(members[kept[k]] for k in order),
+                                  tuple(weights[k] for k in order)))
     return buckets
 
 
