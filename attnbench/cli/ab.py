@@ -39,14 +39,9 @@ def ab(
     """KERNEL_FLAGS: measure a baseline and a candidate version in turns, in two worker processes on
     one device, and give each row a verdict from paired per-round ratios.
 
-    Each round measures a point on both sides one right after the other, in ABBA order over rounds
-    (baseline first, then candidate first, ...), so clock drift and power capping reach both. A row
-    keeps measuring until its interval for candidate / baseline decides against --threshold
-    (slower, faster, same; after --min-rounds), or --max-rounds or --budget-s ends it (noisy).
-    Writes ab.csv, rounds.csv, env.json (both sides' versions) and summary.md. On the CPU no row
-    gets a verdict (the output says why). Exit status as compare's: 0 when no regression is shown;
-    1 when a row is slower, a row passing on the baseline fails or errors on the candidate, or on
-    bad input (one error line); 128 + the signal after Ctrl-C or SIGTERM (what was measured is written).
+    Each round measures a point on both sides one right after the other, in ABBA order over rounds (baseline first, then candidate first, ...), so clock drift and power capping reach both. A row keeps measuring until its interval for candidate / baseline decides against --threshold (slower, faster, same; after --min-rounds), or --max-rounds or --budget-s ends it (noisy). Writes ab.csv, rounds.csv, env.json (both sides' versions) and summary.md. On the CPU no row gets a verdict (the output says why).
+
+    Exit status as compare's: 0 when no regression is shown; 1 when a row is slower, a row passing on the baseline fails or errors on the candidate, or on bad input (one error line); 128 + the signal after Ctrl-C or SIGTERM (what was measured is written).
 
     Example: attnbench ab --baseline src=../main --candidate src=. --scenario scenarios/seed-kernel-table.toml
 

@@ -39,10 +39,7 @@ def add(
 ) -> None:
     """File a run into a history directory: one entry per run, keyed by commit, date, GPU and library versions.
 
-    The run's results.csv and env.json are checked as every tool reads them, then copied into
-    HISTORY/runs/<id>/ (with the atlas's cells.csv when the run has one) and listed in
-    HISTORY/index.json. The run itself is only read. The same run filed twice is refused unless
-    --replace.
+    The run's results.csv and env.json are checked as every tool reads them, then copied into HISTORY/runs/<id>/ (with the atlas's cells.csv when the run has one) and listed in HISTORY/index.json. The run itself is only read. The same run filed twice is refused unless --replace.
 
     Example: attnbench history add results/new --history bench-history --commit $GITHUB_SHA
     """
@@ -86,9 +83,7 @@ def dashboard(
 ) -> None:
     """Write a history as a static site: trends per row with intervals, change points, filters, the latest runs.
 
-    SITE/index.html carries Plotly, the data and its script inline, so it opens from file:// and
-    from GitHub Pages with no server and no network. Change points are found per series with
-    PELT (ruptures) on log times in noise units (docs/guides/dashboard.md).
+    SITE/index.html carries Plotly, the data and its script inline, so it opens from file:// and from GitHub Pages with no server and no network. Change points are found per series with PELT (ruptures) on log times in noise units (docs/guides/dashboard.md).
 
     Example: attnbench dashboard bench-history --out site
     """
