@@ -107,3 +107,30 @@ def test_two_choices_crossing_in_one_bucket_against_a_hand_sum():
     table = wins(rows_of(trace, [bucket], timers), steps_table(trace, [bucket]), "graph", 2.0)
     won = dict(part.split(": ") for part in table["all winners"].iloc[0].split(", "))
     assert set(won) == {"A unified", "B split"} and sum(map(float, won.values())) == pytest.approx(8, abs=0.11)
+
+
+def test_rule_fit_counts_the_same_per_step_oracle_as_the_replay(tmp_path):
+    """A replay run whose buckets have two representatives each, on which the choices cross:
+    `attnbench rule`'s per-cell oracle on its trace is the replay's per-step oracle, not its
+    per-bucket one, and its summary says what that oracle saves as the replay does."""
+    from rule_fixtures import write_run
+
+    from attnbench.results.rule_cells import read_cells
+    from attnbench.results.rule_report import regret_lines, replay_oracle_note
+
+    run = write_run(tmp_path / "run")
+    rows, steps = pd.read_csv(run / "results.csv"), pd.read_csv(run / "buckets.csv")
+    split = rows[rows["steps"] > 1]
+    second = split.assign(step=split["step"] + 1, steps=1.0,
+                          median_ms=split.groupby("bucket")["median_ms"].transform(lambda t: t.iloc[::-1].to_numpy()))
+    second = second.assign(p10_ms=second["median_ms"], p90_ms=second["median_ms"], seed=second["seed"] + 100)
+    rows = pd.concat([rows.assign(steps=rows["steps"] - (rows["steps"] > 1)), second], ignore_index=True)
+    rows.to_csv(run / "results.csv", index=False)
+    found = oracle(rows, steps, str(rows["mode"].iloc[0]))
+    assert found.total_ms < found.bucket_ms * 0.99
+    cells = read_cells([run], None)
+    lines = regret_lines(cells, cells.times.index, {})
+    assert lines[0].name == "per-cell oracle" and lines[0].total_ms == pytest.approx(found.total_ms)
+    best = next(line for line in lines if line.name == "best single choice")
+    assert (best.choice, best.total_ms) == (found.best, pytest.approx(found.best_ms))
+    assert f"saves {found.saving * 100:.2f} %" in replay_oracle_note(lines)
