@@ -86,8 +86,8 @@ def report(env: dict, wall_s: float, buckets_s: float | None, points: int) -> No
             print(f"  {choice:32s} {'incomplete' if total is None else f'{total:10.3f}'} | {said}")
         oracle = numbers["oracle"]
         if oracle:
-            print(f"  oracle {oracle['total_ms']:.3f} ms, {oracle['saving_pct']:.2f} % below the best single "
-                  f"choice ({oracle['best_single']})")
+            print(f"  per-step oracle {oracle['total_ms']:.3f} ms, {oracle['saving_pct']:.2f} % below the best single "
+                  f"choice ({oracle['best_single']}); per-bucket oracle {oracle.get('bucket_saving_pct')} % below it")
         worst = max((abs(e["error_pct"]) for e in errors.values()), default=None)
         if worst is not None:
             print(f"  largest |bucketing error|: {worst:.2f} % (goal: <= 2 %)")

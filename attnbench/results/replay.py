@@ -9,7 +9,9 @@ time for a step is its bucket's mean: the weighted mean of the medians of the bu
 representatives (each row's `steps` is its weight; traces/buckets.py says why they sum the bucket
 exactly when time is affine in the step's sizes), one layer's attention. Only passing rows count,
 and a bucket counts for a choice only when all its representatives passed (their weights add up to
-its step count).
+its step count). The per-step oracle takes each representative's own fastest choice, not its
+bucket's: choices cross inside a bucket, and the bucket's fastest in sum is the per-bucket oracle,
+a bound above it (docs/guides/replay.md, "The oracle", says why and how far each is from timing every step).
 """
 
 from __future__ import annotations
@@ -111,50 +113,73 @@ def complete_times(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> pd.Dat
 
 @dataclass(frozen=True)
 class Oracle:
-    """The best choice for each step, summed; what it saves over the best single choice (a fraction)."""
+    """The per-step oracle: each representative step's fastest choice, weighed by the steps it
+    stands for, summed (`total_ms`), and what it saves over the best single choice (a fraction);
+    beside it the per-bucket oracle: one choice for all of a bucket's steps, its fastest in sum
+    (`bucket_ms`, `bucket_saving`), never below the per-step one."""
 
     total_ms: float
     best: str
     best_ms: float
     saving: float
+    bucket_ms: float
+    bucket_saving: float
 
 
-def _oracle_of(times: pd.DataFrame, counts: pd.Series) -> Oracle:
+def per_step_ms(chosen: pd.DataFrame, value: pd.Series, choices: list[str]) -> float:
+    """Sum over representatives of weight x the lowest `value` (one per row of `chosen`) among `choices`."""
+    table = chosen[["bucket", "step", "steps", "choice"]].assign(value=value.to_numpy())
+    table = table[table["choice"].isin(choices)]
+    fastest = table.groupby(["bucket", "step"]).agg(weight=("steps", "first"), value=("value", "min"))
+    return float((fastest["weight"] * fastest["value"]).sum())
+
+
+def _oracle_of(times: pd.DataFrame, counts: pd.Series, per_step_total: float) -> Oracle:
     single = (times.mul(counts, axis=0)).sum()
-    best = str(single.idxmin())
-    total = float((times.min(axis=1) * counts).sum())
-    return Oracle(total, best, float(single[best]), 1.0 - total / float(single[best]) if single[best] else 0.0)
+    best, per_bucket = str(single.idxmin()), float((times.min(axis=1) * counts).sum())
+    saving = (lambda total: 1.0 - total / float(single[best]) if single[best] else 0.0)  # noqa: E731
+    return Oracle(per_step_total, best, float(single[best]), saving(per_step_total), per_bucket, saving(per_bucket))
 
 
 def oracle(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> Oracle | None:
+    """Over the choices with a total (complete on every bucket): see Oracle."""
     times = complete_times(rows, steps, mode)
-    return None if times.empty else _oracle_of(times, step_counts(steps))
+    if times.empty:
+        return None
+    chosen = passed(rows, "bucket", mode)
+    return _oracle_of(times, step_counts(steps), per_step_ms(chosen, chosen["median_ms"], list(times.columns)))
 
 
-def replicate_times(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[pd.DataFrame]:
-    """Bucket x choice within each replicate (its medians, `replicate_medians_ms`), for the choices
-    complete in it; [] unless every passing bucket row has the same number (2 or more) of them."""
+def replicate_times(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[tuple[pd.DataFrame, float]]:
+    """Within each replicate (its medians, `replicate_medians_ms`): bucket x choice for the choices
+    complete in it, and the per-step oracle's total over them; [] unless every passing bucket row
+    has the same number (2 or more) of them."""
     chosen = passed(rows, "bucket", mode)
     if chosen.empty or "replicate_medians_ms" not in chosen:
         return []
     medians = [parse_times(cell) for cell in chosen["replicate_medians_ms"]]
     if len({len(m) for m in medians}) != 1 or len(medians[0]) < 2:
         return []
-    tables = []
+    found = []
     for r in range(len(medians[0])):
-        table = weighted_times(chosen, pd.Series([m[r] for m in medians]), step_counts(steps))
-        tables.append(table[[c for c in table.columns if table[c].notna().all()]])
-    return tables
+        value = pd.Series([m[r] for m in medians])
+        table = weighted_times(chosen, value, step_counts(steps))
+        table = table[[c for c in table.columns if table[c].notna().all()]]
+        found.append((table, per_step_ms(chosen, value, list(table.columns))))
+    return found
 
 
 def replicate_ranges(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> dict[str, tuple[float, float]]:
     """(lowest, highest) over replicates, each computed within one replicate: every complete
-    choice's total (by its name) and the oracle's saving over the best single choice (`saving`)."""
+    choice's total (by its name) and the per-step and per-bucket oracles' savings over the best
+    single choice (`saving`, `bucket_saving`)."""
     counts, found = step_counts(steps), {}
-    for times in replicate_times(rows, steps, mode):
+    for times, per_step_total in replicate_times(rows, steps, mode):
         if times.empty:
             continue
-        values = {**(times.mul(counts, axis=0)).sum().to_dict(), "saving": _oracle_of(times, counts).saving}
+        best = _oracle_of(times, counts, per_step_total)
+        values = {**(times.mul(counts, axis=0)).sum().to_dict(), "saving": best.saving,
+                  "bucket_saving": best.bucket_saving}
         for name, value in values.items():
             low, high = found.get(name, (value, value))
             found[name] = (min(low, value), max(high, value))
@@ -163,21 +188,26 @@ def replicate_ranges(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> dict
 
 def wins(rows: pd.DataFrame, steps: pd.DataFrame, mode: str, ratio: float) -> pd.DataFrame:
     """By step kind and query-token bin: steps, the choice that is fastest on most of them and on
-    what share, and every choice that wins any (choice: steps)."""
+    what share, and every choice that wins any (choice: steps). As the per-step oracle counts them:
+    each step counts for each choice by the share of its bucket's weight whose representatives that
+    choice is fastest on (a bucket won whole by one choice gives it all its steps)."""
     times = complete_times(rows, steps, mode)
     if times.empty:
         return pd.DataFrame()
-    winner = times.idxmin(axis=1)
-    table = steps.assign(winner=steps["bucket"].map(winner),
-                         size=[bin_of(q, ratio) for q in steps["query_tokens"]])
+    chosen = passed(rows, "bucket", mode)
+    chosen = chosen[chosen["choice"].isin(times.columns)]
+    fastest = chosen.loc[chosen.groupby(["bucket", "step"])["median_ms"].idxmin()]
+    won = fastest.groupby(["bucket", "choice"])["steps"].sum().unstack(fill_value=0.0)
+    share = won.div(won.sum(axis=1), axis=0).reindex(steps["bucket"]).set_axis(steps.index)
+    size = pd.Series([bin_of(q, ratio) for q in steps["query_tokens"]], index=steps.index)
     found = []
-    for (kind, size), group in table.groupby(["kind", "size"], sort=True):
-        counted = group["winner"].value_counts()
-        low, high = bin_range(int(size), ratio)
+    for (kind, bin_), group in share.groupby([steps["kind"], size], sort=True):
+        counted = group.sum()
+        counted = counted[counted > 1e-9].sort_values(ascending=False, kind="stable")
+        low, high = bin_range(int(bin_), ratio)
         found.append({"kind": kind, "query tokens": f"{low}-{high}" if high > low else str(low),
-                      "steps": len(group), "wins most": counted.index[0],
-                      "share": counted.iloc[0] / len(group),
-                      "all winners": ", ".join(f"{c}: {n}" for c, n in counted.items())})
+                      "steps": len(group), "wins most": counted.index[0], "share": counted.iloc[0] / len(group),
+                      "all winners": ", ".join(f"{c}: {round(n, 1):g}" for c, n in counted.items())})
     return pd.DataFrame(found)
 
 
@@ -237,7 +267,9 @@ def summary_record(rows: pd.DataFrame, steps: pd.DataFrame) -> dict:
             "totals_ms": {t.choice: None if t.missing else round(t.total_ms, 6) for t in totals(rows, steps, mode)},
             "oracle": None if best is None else {"total_ms": round(best.total_ms, 6), "best_single": best.best,
                                                  "best_single_ms": round(best.best_ms, 6),
-                                                 "saving_pct": round(best.saving * 100, 3)},
+                                                 "saving_pct": round(best.saving * 100, 3), "per": "step",
+                                                 "bucket_total_ms": round(best.bucket_ms, 6),
+                                                 "bucket_saving_pct": round(best.bucket_saving * 100, 3)},
             "exact_sample": {e.choice: {"steps": e.steps, "timed_ms": round(e.timed_ms, 6),
                                         "estimate_ms": round(e.estimate_ms, 6), "error_pct": round(e.error_pct, 3),
                                         "stderr_pct": None if math.isnan(e.stderr_pct) else round(e.stderr_pct, 3)}

@@ -129,8 +129,21 @@ def summary_md(tree: dict, cells: Cells, fit: dict, tables: dict[str, list[Line]
     for scope, lines in tables.items():
         low, high = fit["cross_validated_range_pct"][scope]
         text += (f"\n## Regret: {scope}\n\n" + table_md(lines) + f"\nOver {fit['draws']} draws of the folds (seeds "
-                 f"{fit['seed']}-{fit['seed'] + fit['draws'] - 1}) the cross-validated regret is {low:.2f}-{high:.2f} %.\n")
+                 f"{fit['seed']}-{fit['seed'] + fit['draws'] - 1}) the cross-validated regret is {low:.2f}-{high:.2f} %.\n"
+                 + (replay_oracle_note(lines) if scope.startswith("trace of") else ""))
     return text
+
+
+def replay_oracle_note(lines: list[Line]) -> str:
+    """On a replayed trace the per-cell oracle is the replay's per-step oracle: say so, with the
+    saving `attnbench replay` quotes, so the two reports' numbers are read as one gap."""
+    oracle, best = lines[0], next(l for l in lines if l.name == "best single choice")
+    if math.isnan(best.total_ms) or not best.total_ms:
+        return ""
+    return (f"\nThe cells are the trace's representative steps, each weighed by the steps it stands for, so the "
+            f"per-cell oracle is the per-step oracle of `attnbench replay`: it saves "
+            f"{(1 - oracle.total_ms / best.total_ms) * 100:.2f} % over the best single choice ({best.choice}), the "
+            f"same gap as that choice's {best.regret_pct:.2f} % regret, measured from the other end.\n")
 
 
 def dumps(record: dict) -> str:
