@@ -12,9 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from matplotlib.ticker import LogLocator, NullFormatter
-
-from attnbench.results.figures import PLAIN, Palette, backend_name, finish, line_label, oracle_backends, panels, settings_text, title
+from attnbench.results.figures import Palette, backend_name, finish, line_label, oracle_backends, panels, plain_log_x, settings_text, title
 from attnbench.results.tables import LINESTYLES, format_params
 
 SETTINGS = [("model", ""), ("params", ""), ("dtype", ""), ("arrivals", "arrivals"), ("max_num_seqs", "running at most"),
@@ -36,10 +34,7 @@ def plot_trace(rows: pd.DataFrame, requests: pd.DataFrame, path: Path) -> Path:
             name = line_label(backend_name(backend, oracles), mode, strategy)
             ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", color=color(name),
                     linestyle=LINESTYLES.get(strategy, ":"), label=name)
-        ax.set_xscale("log")
-        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.xaxis.set_major_formatter(PLAIN)
-        ax.xaxis.set_minor_formatter(NullFormatter())
+        plain_log_x(ax)
         ax.set_xlabel(label)
         ax.set_ylabel("share of requests")
         ax.set_ylim(0, 1.02)

@@ -132,6 +132,16 @@ def swept_x(ax, values, label: str, base: int = 10) -> None:
     ax.set_xlabel(label)
 
 
+def plain_log_x(ax) -> None:
+    """A log x axis over what is drawn, ticks written as numbers: 1, 2, 5 x 10^k over a decade or
+    more, denser under one (a ratio or a TPOT often spans less, and would keep a single tick)."""
+    ax.set_xscale("log")
+    low, high = ax.get_xlim()
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if high > 10 * low else (1, 1.5, 2, 3, 4, 5, 6, 8)))
+    ax.xaxis.set_major_formatter(PLAIN)
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def plain_log_y(ax, label: str) -> None:
     """A log y axis with ticks at 1, 2, 5 × 10^k written as numbers."""
     ax.set_yscale("log")

@@ -13,9 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from matplotlib.ticker import LogLocator, NullFormatter
-
-from attnbench.results.figures import PLAIN, Palette, finish, panels, plain_log_y, settings_text, title
+from attnbench.results.figures import Palette, finish, panels, plain_log_x, plain_log_y, settings_text, title
 from attnbench.results.replay import modes_of, oracle, per_step
 from attnbench.traces.steps import STEP_KINDS
 
@@ -63,10 +61,7 @@ def speedup_figure(rows: pd.DataFrame, steps: pd.DataFrame, path: Path) -> Path 
             ax.step(ratio, np.arange(1, len(ratio) + 1) / len(ratio), where="post", label=f"{choice} / {best}",
                     color=color(choice))
         ax.axvline(1.0, color="black", linewidth=0.9)
-        ax.set_xscale("log")
-        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.xaxis.set_major_formatter(PLAIN)  # 0.5, 1, 2: the ratio's own numbers, not 5x10^-1
-        ax.xaxis.set_minor_formatter(NullFormatter())
+        plain_log_x(ax)  # 0.5, 1, 2: the ratio's own numbers, not 5x10^-1
         ax.set_title(f"{mode}: against {best}, the best single choice", fontsize=9)
         ax.set_xlabel("time of the choice / time of the best single choice, per step (x)")
         ax.set_ylabel("share of steps at or below")
