@@ -13,21 +13,29 @@ import itertools
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.colors import to_rgba_array
+from matplotlib.ticker import FixedLocator, NullLocator
 
 from attnbench.kernels.atlas_axes import AXES, BY_NAME, NAMES
 from attnbench.results.figures import PLAIN, Palette, finish, panels, settings_text, title
 
 MAX_PANELS = 9
-MAX_LABELLED = 40  # a panel of at most this many cells writes each cell's best time in it
+MAX_TICKS = 8  # tick labels an axis writes at most
+MAX_LABELLED = 60  # a map of at most this many cells writes each cell's best time in it
 NO_WINNER = "no winner"
 
 
 def _scale(ax, name: str, values, which: str) -> None:
+    """The axis's scale, ticked at the values drawn (at most MAX_TICKS of them, evenly picked) with no
+    minor ticks: tick labels are most of what a panel costs to lay out and draw."""
     axis = BY_NAME[name]
-    setter = ax.set_xscale if which == "x" else ax.set_yscale
+    setter, side = (ax.set_xscale, ax.xaxis) if which == "x" else (ax.set_yscale, ax.yaxis)
     if axis.scale == "log":
         setter("symlog", linthresh=1) if min(values) <= 0 else setter("log", base=2)
-        (ax.xaxis if which == "x" else ax.yaxis).set_major_formatter(PLAIN)
+    ticks = sorted(set(values))
+    side.set_major_locator(FixedLocator(ticks[::max(1, -(-len(ticks) // MAX_TICKS))]))
+    side.set_major_formatter(PLAIN)
+    side.set_minor_locator(NullLocator())
     (ax.set_xlabel if which == "x" else ax.set_ylabel)(f"{name} ({axis.meaning})", fontsize=8)
 
 
@@ -41,6 +49,23 @@ def _slices(cells: pd.DataFrame, others: list[str]) -> list[tuple]:
     return found[::step][:MAX_PANELS]
 
 
+def _part(cells: pd.DataFrame, fixed: dict) -> pd.DataFrame:
+    """The cells at the `fixed` coordinates."""
+    keep = pd.Series(True, index=cells.index)
+    for name, value in fixed.items():
+        keep &= cells[name] == value
+    return cells[keep]
+
+
+def _panels(count: int, width: float, height: float):
+    """results/figures.py's panels with fixed margins, in inches: its constrained layout measures
+    every tick label of every panel twice, most of the time a large atlas's maps take to draw."""
+    fig, axes = panels(count, width, height, layout=None)
+    w, h = fig.get_figwidth(), fig.get_figheight()
+    fig.subplots_adjust(left=0.8 / w, right=1 - 0.2 / w, top=1 - 1.2 / h, bottom=1.1 / h, wspace=0.35, hspace=0.45)
+    return fig, axes
+
+
 def _shade(margin) -> float:
     """Opacity from the margin: pale near 1.0, full at 1.5x and beyond."""
     if margin is None or pd.isna(margin):
@@ -48,23 +73,30 @@ def _shade(margin) -> float:
     return float(min(1.0, max(0.25, (float(margin) - 1.0) / 0.5)))
 
 
+def _draw_cells(ax, part: pd.DataFrame, x: str, y: str, colour: Palette) -> None:
+    """The panel's cells as one scatter per winner and tie (each cell's shade its own alpha), not
+    one artist per cell."""
+    winner = part["winner"].where(part["winner"].map(lambda w: isinstance(w, str)), NO_WINNER)
+    tie = part["tie"].map(lambda t: t is True)
+    for (name, tied), group in part.groupby([winner, tie], sort=True):
+        face = to_rgba_array(["lightgray" if name == NO_WINNER else colour(name)] * len(group))
+        face[:, 3] = [_shade(m) for m in group["margin"]]
+        ax.scatter(group[x], group[y], s=420, marker="s", c=face, edgecolors="black" if tied else "none",
+                   hatch="////" if tied else None, linewidths=0.5, label=name)
+
+
 def map_figure(cells: pd.DataFrame, x: str, y: str, others: list[str], rows: pd.DataFrame, path: Path) -> Path:
     colour = Palette()
-    slices = _slices(cells, others)
-    fig, axes = panels(len(slices), width=4.8, height=4.0)
-    for ax, values in zip(axes, slices):
-        part = cells
-        for name, value in zip(others, values):
-            part = part[part[name] == value]
+    parts = [(values, _part(cells, dict(zip(others, values)))) for values in _slices(cells, others)]
+    labelled = sum(len(part) for _, part in parts) <= MAX_LABELLED
+    fig, axes = _panels(len(parts), width=4.8, height=4.0)
+    for ax, (values, part) in zip(axes, parts):
         best = part[[c for c in part.columns if c.endswith(" ms")]].astype(float).min(axis=1)
-        for line, fastest in zip(part.to_dict("records"), best):
-            winner = line["winner"] if isinstance(line["winner"], str) else NO_WINNER
-            face = "lightgray" if winner == NO_WINNER else colour(winner)
-            ax.scatter([line[x]], [line[y]], s=420, marker="s", color=face, alpha=_shade(line["margin"]),
-                       edgecolors="black" if line["tie"] is True else "none",
-                       hatch="////" if line["tie"] is True else None, linewidths=0.5, label=winner)
-            if len(part) <= MAX_LABELLED and pd.notna(fastest):
-                ax.annotate(f"{fastest:.3g}", (line[x], line[y]), fontsize=6, ha="center", va="center")
+        _draw_cells(ax, part, x, y, colour)
+        if labelled:
+            for px, py, fastest in zip(part[x], part[y], best):
+                if pd.notna(fastest):
+                    ax.annotate(f"{fastest:.3g}", (px, py), fontsize=6, ha="center", va="center")
         _scale(ax, x, part[x], "x")
         _scale(ax, y, part[y], "y")
         ax.set_title(", ".join(f"{n} {v:g}" for n, v in zip(others, values)) or "all cells", fontsize=8)
@@ -92,12 +124,9 @@ def margin_figure(cells: pd.DataFrame, crossovers: pd.DataFrame, varying: list[s
     choices = [c[:-3] for c in cells.columns if c.endswith(" ms")]
     colour = Palette()
     lines = _lines(cells, crossovers, varying)
-    fig, axes = panels(len(lines), width=4.8, height=3.6)
+    fig, axes = _panels(len(lines), width=4.8, height=3.6)
     for ax, (axis, fixed) in zip(axes, lines):
-        line = cells
-        for name, value in fixed.items():
-            line = line[line[name] == value]
-        line = line.sort_values(axis)
+        line = _part(cells, fixed).sort_values(axis)
         times = line[[f"{c} ms" for c in choices]].astype(float)
         best = times.min(axis=1)
         for choice in choices:
