@@ -22,9 +22,11 @@ from attnbench.results.atlas_refine import Edge, CellOutcome, edges
 from attnbench.results.compare import judge
 
 # before the kernel sweep's columns in results.csv: the cell's round and coordinates (prefixed: the
-# sweep has a decode_share and a head_dim of its own)
+# sweep has a decode_share and a head_dim of its own), and, for a cell that is the same step as one
+# measured, that cell's coordinates (its rows are copies of that cell's)
 CELL_COLUMNS = tuple(f"cell_{name}" for name in NAMES)
-ATLAS_COLUMNS = ["round", *CELL_COLUMNS]
+MEASURED_AS = "measured_as"
+ATLAS_COLUMNS = ["round", *CELL_COLUMNS, MEASURED_AS]
 VERDICT_COLUMNS = ["winner", "second", "margin", "interval_low", "interval_high", "interval", "tie"]
 
 
@@ -40,6 +42,15 @@ def coord_of(row: dict, heads: int, where: str) -> Coord:
             raise AttnbenchError(f"{where} has {column} {row[column]}, which is no {axis.meaning} a cell holds")
         values.append(axis.snap(value, heads))
     return tuple(values)
+
+
+def describe(coord: Coord) -> str:
+    """A cell's coordinates as measured_as names them: 'decode_share=1 decode_context=512 ...'."""
+    return " ".join(f"{name}={value:g}" for name, value in zip(NAMES, coord))
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def choice_of(rows: pd.DataFrame) -> pd.Series:
@@ -58,7 +69,8 @@ def cell_table(rows: pd.DataFrame, heads: int, cpu: bool) -> pd.DataFrame:
         coord = coord_of(first.to_dict(), heads, "results.csv")
         batch = cell_batch(coord)
         line = {**dict(zip(NAMES, coord)), "kind": first["kind"], "decode_rows": batch.num_decode_seqs,
-                "prefill_tokens": batch.num_tokens - batch.num_decode_seqs, "round": int(first["round"])}
+                "prefill_tokens": batch.num_tokens - batch.num_decode_seqs, "round": int(first["round"]),
+                MEASURED_AS: _text(first.get(MEASURED_AS))}
         for choice in choices:
             row = cell[(cell["choice"] == choice) & timed.loc[cell.index]]
             passed = bool(len(row)) and row.iloc[0]["verdict"] == "pass"

@@ -9,8 +9,10 @@ and a CPU run says it is a pipeline demo.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 from matplotlib.colors import to_rgba_array
@@ -145,12 +147,21 @@ def margin_figure(cells: pd.DataFrame, crossovers: pd.DataFrame, varying: list[s
     return finish(fig, axes, heading, path)
 
 
-def plot_atlas(cells: pd.DataFrame, crossovers: pd.DataFrame, ranges: list, rows: pd.DataFrame,
-               out_dir: Path) -> list[Path]:
-    """atlas_map_<x>_<y>.png for every pair of varying axes (one axis alone: against tokens or the
-    first fixed axis), and atlas_margins.png."""
+def pictures(cells: pd.DataFrame, crossovers: pd.DataFrame, ranges: list, rows: pd.DataFrame,
+             out_dir: Path) -> list[tuple[Path, Callable[[], Path]]]:
+    """Each picture's path with what draws it: atlas_map_<x>_<y>.png for every pair of varying axes
+    (one axis alone: against tokens or the first fixed axis), and atlas_margins.png. Named before
+    any is drawn, so a run directory records them (and a leftover temporary file) first."""
     varying = [a.name for a, r in zip(AXES, ranges) if r.varies]
     pairs = list(itertools.combinations(varying, 2)) or [(varying[0], next(n for n in NAMES if n != varying[0]))]
-    paths = [map_figure(cells, x, y, [n for n in varying if n not in (x, y)], rows, out_dir / f"atlas_map_{x}_{y}.png")
-             for x, y in pairs]
-    return paths + [margin_figure(cells, crossovers, varying, rows, out_dir / "atlas_margins.png")]
+    found = [(out_dir / f"atlas_map_{x}_{y}.png", functools.partial(
+        map_figure, cells, x, y, [n for n in varying if n not in (x, y)], rows, out_dir / f"atlas_map_{x}_{y}.png"))
+        for x, y in pairs]
+    margins = out_dir / "atlas_margins.png"
+    return found + [(margins, functools.partial(margin_figure, cells, crossovers, varying, rows, margins))]
+
+
+def plot_atlas(cells: pd.DataFrame, crossovers: pd.DataFrame, ranges: list, rows: pd.DataFrame,
+               out_dir: Path) -> list[Path]:
+    """Every picture of `pictures`, drawn."""
+    return [draw() for _, draw in pictures(cells, crossovers, ranges, rows, out_dir)]
