@@ -42,11 +42,13 @@ def _scale(ax, name: str, values, which: str) -> None:
 
 
 def _slices(cells: pd.DataFrame, others: list[str]) -> list[tuple]:
-    """The other varying axes' value combinations that hold more than one cell, at most MAX_PANELS, evenly picked."""
+    """The other varying axes' value combinations that hold more than one cell (with none, as a
+    stopped atlas may have: those that hold one), at most MAX_PANELS, evenly picked."""
     if not others:
         return [()]
     counts = cells.groupby(others).size()
-    found = [k if isinstance(k, tuple) else (k,) for k, n in counts.items() if n > 1]
+    found = [k if isinstance(k, tuple) else (k,) for k, n in counts.items() if n > 1] or \
+        [k if isinstance(k, tuple) else (k,) for k in counts.index]
     step = max(1, -(-len(found) // MAX_PANELS))
     return found[::step][:MAX_PANELS]
 
