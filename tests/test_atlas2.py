@@ -40,19 +40,14 @@ def test_plan_round_measures_one_cell_per_step_and_copies_the_rest():
     assert step_of(cell(0.5, 16, 0)) != step_of(cell(0.5, 32, 0))  # a mixed step reads both contexts
 
 
-@pytest.fixture(scope="module")
-def shared_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("atlas2") / "run"
-    result = invoke(*SHARED, "--out", out)
-    assert result.exit_code == 0, result.output
-    return out, result.output
-
-
-def test_same_step_cells_are_measured_once_and_every_cell_is_listed(shared_dir):
-    out, output = shared_dir
-    assert "round 0: 8 cell(s), 4 measured (4 the same step as another cell" in output
+def test_same_step_cells_are_measured_once_and_every_cell_is_listed(tmp_path):
+    out = tmp_path / "run"
+    first = invoke(*SHARED, "--out", out)
+    assert first.exit_code == 0, first.output
+    assert "round 0: 8 cell(s), 4 measured (4 the same step as another cell" in first.output
     cells = pd.read_csv(out / "cells.csv", keep_default_na=False)
     assert len(cells) == 8
+    assert "8 in 1 round(s), 4 measured (4 the same step as a cell measured" in (out / "summary.md").read_text()
     copied = cells[cells["measured_as"] != ""]
     assert len(copied) == 4 and set(copied["decode_share"]) == {0.0, 1.0}
     rows = pd.read_csv(out / "results.csv", keep_default_na=False)
