@@ -103,7 +103,8 @@ def map_figure(cells: pd.DataFrame, x: str, y: str, others: list[str], rows: pd.
                     ax.annotate(f"{fastest:.3g}", (px, py), fontsize=6, ha="center", va="center")
         _scale(ax, x, part[x], "x")
         _scale(ax, y, part[y], "y")
-        ax.set_title(", ".join(f"{n} {v:g}" for n, v in zip(others, values)) or "all cells", fontsize=8)
+        # a fixed y: matplotlib's search for room above each panel's ticks is a tenth of the drawing time
+        ax.set_title(", ".join(f"{n} {v:g}" for n, v in zip(others, values)) or "all cells", fontsize=8, y=1.0)
     if (cells["tie"] == True).any():  # noqa: E712  (None: no verdict)
         axes[0].scatter([], [], s=120, marker="s", color="white", edgecolors="black", hatch="////",
                         label="tie (hatched)")
@@ -142,7 +143,7 @@ def margin_figure(cells: pd.DataFrame, crossovers: pd.DataFrame, varying: list[s
         _scale(ax, axis, line[axis], "x")
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_ylabel("time over the cell's best", fontsize=8)
-        ax.set_title(", ".join(f"{n} {v:g}" for n, v in fixed.items() if n in varying) or axis, fontsize=8)
+        ax.set_title(", ".join(f"{n} {v:g}" for n, v in fixed.items() if n in varying) or axis, fontsize=8, y=1.0)
     note = "gold: the bracket a crossover lies in" if not crossovers.empty else "no crossover: lines along each axis"
     heading = title("Each choice over the best, across the crossovers", rows,
                     settings_text(rows, [("dtype", ""), ("mode", "")]), note)
