@@ -11,17 +11,13 @@ import pandas as pd
 import pytest
 
 from bad_input_cli import assert_one_error_line, invoke
-
-SHARED = ["atlas", "--decode-share", "0:1:2", "--decode-context", "16:32:2", "--prefill-context", "0:8:2",
-          "--chunk", "8", "--head-dim", "32", "--gqa-group", "4", "--heads", "8", "--tokens", "8",
-          "--budget-ms", "1", "--device", "cpu"]
+from test_atlas2 import SHARED
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     out = tmp_path_factory.mktemp("bad-atlas2") / "run"
-    result = invoke(*SHARED, "--out", out)
-    assert result.exit_code == 0, result.output
+    assert invoke(*SHARED, "--out", out).exit_code == 0
     return out
 
 
