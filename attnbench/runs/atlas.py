@@ -6,7 +6,10 @@ timing, replicates, --isolate workers and the run directory already exist for a 
 (results/atlas_refine.py: the coarse grid, then the midpoints of the open crossovers) are
 GivenPoints (kernels/atlas_axes.py) run as one sweep, appended to one results.csv with the
 cell's round and coordinates before the sweep's columns. `--resume DIR` reads the cells DIR has
-finished and asks the same pure function what comes next, so no cell is measured twice.
+finished and asks the same pure function what comes next, so no cell is measured twice; cells
+that are the same step share one measurement (runs/atlas_shared.py). A signal ends the rounds,
+then the tables and the pictures are written (runs/atlas_outputs.py) and the error line says how
+far the round got.
 """
 
 from __future__ import annotations
