@@ -54,3 +54,26 @@ def interrupted(stopped: BaseException, finished: int, total: int, out_dir: Path
     name, number = signal_of(stopped)
     return Interrupted(f"interrupted by {name} after {finished} of {total} point(s); {out_dir} holds what was "
                        f"measured (finish it with the same flags and --resume {out_dir})", number)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[list[BaseException]]:
+    """Within the block, SIGINT and SIGTERM are held: the block runs to its end, then the first one
+    held is raised (as KeyboardInterrupt or SignalReceived). For the few seconds of writing a
+    stopped run's tables, which a second Ctrl-C must not leave half written."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    held: list[BaseException] = []
+
+    def hold(signum, frame):
+        held.append(KeyboardInterrupt() if signum == signal.SIGINT else SignalReceived(signum))
+
+    previous = {number: signal.signal(number, hold) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield held
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if held:
+        raise held[0]

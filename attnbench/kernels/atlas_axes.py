@@ -150,11 +150,17 @@ def cell_batch(coord: Coord) -> Batch:
     return Batch(tuple(query), tuple(kv), tuple([True] * decode + [False] * chunks), rule)
 
 
+def step_of(coord: Coord) -> tuple:
+    """What a cell's kernels compute: its batch's lengths, GQA group and head dim. A decode-only step
+    does not read the prefill axes, a prefill-only one the decode context, so cells that differ
+    only there are one step: measured once (runs/atlas_shared.py), and no crossover between them."""
+    c = dict(zip(NAMES, coord))
+    return cell_batch(coord), c["gqa_group"], c["head_dim"]
+
+
 def same_step(one: Coord, two: Coord) -> bool:
-    """Whether two cells are the same step (a decode-only step does not read the prefill axes, a
-    prefill-only one the decode context): a winner that differs between them is noise, not a crossover."""
-    kept = [NAMES.index("gqa_group"), NAMES.index("head_dim")]
-    return cell_batch(one) == cell_batch(two) and all(one[i] == two[i] for i in kept)
+    """Whether two cells are the same step: a winner that differs between them is noise, not a crossover."""
+    return step_of(one) == step_of(two)
 
 
 def cell_id(coord: Coord) -> int:

@@ -22,9 +22,11 @@ from attnbench.results.atlas_refine import Edge, CellOutcome, edges
 from attnbench.results.compare import judge
 
 # before the kernel sweep's columns in results.csv: the cell's round and coordinates (prefixed: the
-# sweep has a decode_share and a head_dim of its own)
+# sweep has a decode_share and a head_dim of its own), and, for a cell that is the same step as one
+# measured, that cell's coordinates (its rows are copies of that cell's)
 CELL_COLUMNS = tuple(f"cell_{name}" for name in NAMES)
-ATLAS_COLUMNS = ["round", *CELL_COLUMNS]
+MEASURED_AS = "measured_as"
+ATLAS_COLUMNS = ["round", *CELL_COLUMNS, MEASURED_AS]
 VERDICT_COLUMNS = ["winner", "second", "margin", "interval_low", "interval_high", "interval", "tie"]
 
 
@@ -42,29 +44,47 @@ def coord_of(row: dict, heads: int, where: str) -> Coord:
     return tuple(values)
 
 
+def describe(coord: Coord) -> str:
+    """A cell's coordinates as measured_as names them: 'decode_share=1 decode_context=512 ...'."""
+    return " ".join(f"{name}={value:g}" for name, value in zip(NAMES, coord))
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def choice_of(rows: pd.DataFrame) -> pd.Series:
     return rows["backend"].astype(str) + " " + rows["strategy"].astype(str)
 
 
 def cell_table(rows: pd.DataFrame, heads: int, cpu: bool) -> pd.DataFrame:
-    """cells.csv: a line per cell (its coordinates, kind, decode rows, prefill tokens and round), each
-    choice's median ms and whether it passed, then the verdict columns (blank on the CPU)."""
-    rows = rows.assign(choice=choice_of(rows))
-    timed = rows["strategy"].notna() & (rows["strategy"].astype(str) != "")  # not a point that failed as a whole
-    choices = sorted(rows.loc[timed, "choice"].unique())
+    """cells.csv: a line per cell (its coordinates, kind, decode rows, prefill tokens, round and the
+    cell it shares a measurement with), each choice's median ms and whether it passed, then the
+    verdict columns (blank on the CPU). Each cell's rows are read as plain records: indexing a
+    DataFrame per cell and choice took most of a large atlas's seconds after an interrupt."""
+    rows = rows.assign(choice=choice_of(rows),  # timed: not a point that failed as a whole
+                       timed=rows["strategy"].notna() & (rows["strategy"].astype(str) != ""))
+    choices = sorted(rows.loc[rows["timed"], "choice"].unique())
+    by_cell: dict[tuple, list[dict]] = {}
+    for record in rows.to_dict("records"):
+        by_cell.setdefault(tuple(record[c] for c in CELL_COLUMNS), []).append(record)
     lines = []
-    for _, cell in rows.groupby(list(CELL_COLUMNS), sort=True):
-        first = cell.iloc[0]
-        coord = coord_of(first.to_dict(), heads, "results.csv")
+    for _, records in sorted(by_cell.items()):
+        first = records[0]
+        coord = coord_of(first, heads, "results.csv")
         batch = cell_batch(coord)
         line = {**dict(zip(NAMES, coord)), "kind": first["kind"], "decode_rows": batch.num_decode_seqs,
-                "prefill_tokens": batch.num_tokens - batch.num_decode_seqs, "round": int(first["round"])}
+                "prefill_tokens": batch.num_tokens - batch.num_decode_seqs, "round": int(first["round"]),
+                MEASURED_AS: _text(first.get(MEASURED_AS))}
+        timed = {}
+        for record in records:
+            if record["timed"]:
+                timed.setdefault(record["choice"], record)
         for choice in choices:
-            row = cell[(cell["choice"] == choice) & timed.loc[cell.index]]
-            passed = bool(len(row)) and row.iloc[0]["verdict"] == "pass"
-            line[f"{choice} ms"] = float(row.iloc[0]["median_ms"]) if passed else math.nan
+            passed = choice in timed and timed[choice]["verdict"] == "pass"
+            line[f"{choice} ms"] = float(timed[choice]["median_ms"]) if passed else math.nan
             line[f"{choice} passed"] = passed
-        passing = cell[(cell["verdict"] == "pass") & timed.loc[cell.index]]
+        passing = [r for r in records if r["timed"] and r["verdict"] == "pass"]
         lines.append({**line, **({} if cpu else verdict(passing))})
     table = pd.DataFrame(lines)
     for column in VERDICT_COLUMNS:
@@ -73,16 +93,16 @@ def cell_table(rows: pd.DataFrame, heads: int, cpu: bool) -> pd.DataFrame:
     return table
 
 
-def verdict(passing: pd.DataFrame) -> dict:
+def verdict(passing: list[dict]) -> dict:
     """winner, second, margin (second / best), its interval and whether it is a tie."""
-    if passing.empty:
+    if not passing:
         return {}
-    ordered = passing.assign(median_ms=passing["median_ms"].astype(float)).sort_values("median_ms")
-    best = ordered.iloc[0]
-    if len(ordered) < 2:
+    best, *others = sorted(passing, key=lambda r: float(r["median_ms"]))
+    if not others:
         return {"winner": best["choice"]}
-    second = ordered.iloc[1]
-    judged = judge(best, second, 0.0)
+    second = others[0]
+    judged = judge({**best, "median_ms": float(best["median_ms"])}, {**second, "median_ms": float(second["median_ms"])},
+                   0.0)
     return {"winner": best["choice"], "second": second["choice"], "margin": judged["ratio"],
             "interval_low": judged["ci_low"], "interval_high": judged["ci_high"], "interval": judged["method"],
             "tie": bool(judged["ci_low"] <= 1.0)}

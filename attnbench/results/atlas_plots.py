@@ -9,36 +9,65 @@ and a CPU run says it is a pipeline demo.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
+from matplotlib.colors import to_rgba_array
+from matplotlib.ticker import FixedLocator, NullLocator
 
 from attnbench.kernels.atlas_axes import AXES, BY_NAME, NAMES
 from attnbench.results.figures import PLAIN, Palette, finish, panels, settings_text, title
 
 MAX_PANELS = 9
-MAX_LABELLED = 40  # a panel of at most this many cells writes each cell's best time in it
+MAX_TICKS = 8  # tick labels an axis writes at most
+MAX_LABELLED = 60  # a map of at most this many cells writes each cell's best time in it
 NO_WINNER = "no winner"
 
 
 def _scale(ax, name: str, values, which: str) -> None:
+    """The axis's scale, ticked at the values drawn (at most MAX_TICKS of them, evenly picked) with no
+    minor ticks: tick labels are most of what a panel costs to lay out and draw."""
     axis = BY_NAME[name]
-    setter = ax.set_xscale if which == "x" else ax.set_yscale
+    setter, side = (ax.set_xscale, ax.xaxis) if which == "x" else (ax.set_yscale, ax.yaxis)
     if axis.scale == "log":
         setter("symlog", linthresh=1) if min(values) <= 0 else setter("log", base=2)
-        (ax.xaxis if which == "x" else ax.yaxis).set_major_formatter(PLAIN)
+    ticks = sorted(set(values))
+    side.set_major_locator(FixedLocator(ticks[::max(1, -(-len(ticks) // MAX_TICKS))]))
+    side.set_major_formatter(PLAIN)
+    side.set_minor_locator(NullLocator())
     (ax.set_xlabel if which == "x" else ax.set_ylabel)(f"{name} ({axis.meaning})", fontsize=8)
 
 
 def _slices(cells: pd.DataFrame, others: list[str]) -> list[tuple]:
-    """The other varying axes' value combinations that hold more than one cell, at most MAX_PANELS, evenly picked."""
+    """The other varying axes' value combinations that hold more than one cell (with none, as a
+    stopped atlas may have: those that hold one), at most MAX_PANELS, evenly picked."""
     if not others:
         return [()]
     counts = cells.groupby(others).size()
-    found = [k if isinstance(k, tuple) else (k,) for k, n in counts.items() if n > 1]
+    found = [k if isinstance(k, tuple) else (k,) for k, n in counts.items() if n > 1] or \
+        [k if isinstance(k, tuple) else (k,) for k in counts.index]
     step = max(1, -(-len(found) // MAX_PANELS))
     return found[::step][:MAX_PANELS]
+
+
+def _part(cells: pd.DataFrame, fixed: dict) -> pd.DataFrame:
+    """The cells at the `fixed` coordinates."""
+    keep = pd.Series(True, index=cells.index)
+    for name, value in fixed.items():
+        keep &= cells[name] == value
+    return cells[keep]
+
+
+def _panels(count: int, width: float, height: float):
+    """results/figures.py's panels with fixed margins, in inches: its constrained layout measures
+    every tick label of every panel twice, most of the time a large atlas's maps take to draw."""
+    fig, axes = panels(count, width, height, layout=None)
+    w, h = fig.get_figwidth(), fig.get_figheight()
+    fig.subplots_adjust(left=0.8 / w, right=1 - 0.2 / w, top=1 - 1.2 / h, bottom=1.1 / h, wspace=0.35, hspace=0.45)
+    return fig, axes
 
 
 def _shade(margin) -> float:
@@ -48,26 +77,34 @@ def _shade(margin) -> float:
     return float(min(1.0, max(0.25, (float(margin) - 1.0) / 0.5)))
 
 
+def _draw_cells(ax, part: pd.DataFrame, x: str, y: str, colour: Palette) -> None:
+    """The panel's cells as one scatter per winner and tie (each cell's shade its own alpha), not
+    one artist per cell."""
+    winner = part["winner"].where(part["winner"].map(lambda w: isinstance(w, str)), NO_WINNER)
+    tie = part["tie"].map(lambda t: t is True)
+    for (name, tied), group in part.groupby([winner, tie], sort=True):
+        face = to_rgba_array(["lightgray" if name == NO_WINNER else colour(name)] * len(group))
+        face[:, 3] = [_shade(m) for m in group["margin"]]
+        ax.scatter(group[x], group[y], s=420, marker="s", c=face, edgecolors="black" if tied else "none",
+                   hatch="////" if tied else None, linewidths=0.5, label=name)
+
+
 def map_figure(cells: pd.DataFrame, x: str, y: str, others: list[str], rows: pd.DataFrame, path: Path) -> Path:
     colour = Palette()
-    slices = _slices(cells, others)
-    fig, axes = panels(len(slices), width=4.8, height=4.0)
-    for ax, values in zip(axes, slices):
-        part = cells
-        for name, value in zip(others, values):
-            part = part[part[name] == value]
+    parts = [(values, _part(cells, dict(zip(others, values)))) for values in _slices(cells, others)]
+    labelled = sum(len(part) for _, part in parts) <= MAX_LABELLED
+    fig, axes = _panels(len(parts), width=4.8, height=4.0)
+    for ax, (values, part) in zip(axes, parts):
         best = part[[c for c in part.columns if c.endswith(" ms")]].astype(float).min(axis=1)
-        for line, fastest in zip(part.to_dict("records"), best):
-            winner = line["winner"] if isinstance(line["winner"], str) else NO_WINNER
-            face = "lightgray" if winner == NO_WINNER else colour(winner)
-            ax.scatter([line[x]], [line[y]], s=420, marker="s", color=face, alpha=_shade(line["margin"]),
-                       edgecolors="black" if line["tie"] is True else "none",
-                       hatch="////" if line["tie"] is True else None, linewidths=0.5, label=winner)
-            if len(part) <= MAX_LABELLED and pd.notna(fastest):
-                ax.annotate(f"{fastest:.3g}", (line[x], line[y]), fontsize=6, ha="center", va="center")
+        _draw_cells(ax, part, x, y, colour)
+        if labelled:
+            for px, py, fastest in zip(part[x], part[y], best):
+                if pd.notna(fastest):
+                    ax.annotate(f"{fastest:.3g}", (px, py), fontsize=6, ha="center", va="center")
         _scale(ax, x, part[x], "x")
         _scale(ax, y, part[y], "y")
-        ax.set_title(", ".join(f"{n} {v:g}" for n, v in zip(others, values)) or "all cells", fontsize=8)
+        # a fixed y: matplotlib's search for room above each panel's ticks is a tenth of the drawing time
+        ax.set_title(", ".join(f"{n} {v:g}" for n, v in zip(others, values)) or "all cells", fontsize=8, y=1.0)
     if (cells["tie"] == True).any():  # noqa: E712  (None: no verdict)
         axes[0].scatter([], [], s=120, marker="s", color="white", edgecolors="black", hatch="////",
                         label="tie (hatched)")
@@ -92,12 +129,9 @@ def margin_figure(cells: pd.DataFrame, crossovers: pd.DataFrame, varying: list[s
     choices = [c[:-3] for c in cells.columns if c.endswith(" ms")]
     colour = Palette()
     lines = _lines(cells, crossovers, varying)
-    fig, axes = panels(len(lines), width=4.8, height=3.6)
+    fig, axes = _panels(len(lines), width=4.8, height=3.6)
     for ax, (axis, fixed) in zip(axes, lines):
-        line = cells
-        for name, value in fixed.items():
-            line = line[line[name] == value]
-        line = line.sort_values(axis)
+        line = _part(cells, fixed).sort_values(axis)
         times = line[[f"{c} ms" for c in choices]].astype(float)
         best = times.min(axis=1)
         for choice in choices:
@@ -109,19 +143,28 @@ def margin_figure(cells: pd.DataFrame, crossovers: pd.DataFrame, varying: list[s
         _scale(ax, axis, line[axis], "x")
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_ylabel("time over the cell's best", fontsize=8)
-        ax.set_title(", ".join(f"{n} {v:g}" for n, v in fixed.items() if n in varying) or axis, fontsize=8)
+        ax.set_title(", ".join(f"{n} {v:g}" for n, v in fixed.items() if n in varying) or axis, fontsize=8, y=1.0)
     note = "gold: the bracket a crossover lies in" if not crossovers.empty else "no crossover: lines along each axis"
     heading = title("Each choice over the best, across the crossovers", rows,
                     settings_text(rows, [("dtype", ""), ("mode", "")]), note)
     return finish(fig, axes, heading, path)
 
 
-def plot_atlas(cells: pd.DataFrame, crossovers: pd.DataFrame, ranges: list, rows: pd.DataFrame,
-               out_dir: Path) -> list[Path]:
-    """atlas_map_<x>_<y>.png for every pair of varying axes (one axis alone: against tokens or the
-    first fixed axis), and atlas_margins.png."""
+def pictures(cells: pd.DataFrame, crossovers: pd.DataFrame, ranges: list, rows: pd.DataFrame,
+             out_dir: Path) -> list[tuple[Path, Callable[[], Path]]]:
+    """Each picture's path with what draws it: atlas_map_<x>_<y>.png for every pair of varying axes
+    (one axis alone: against tokens or the first fixed axis), and atlas_margins.png. Named before
+    any is drawn, so a run directory records them (and a leftover temporary file) first."""
     varying = [a.name for a, r in zip(AXES, ranges) if r.varies]
     pairs = list(itertools.combinations(varying, 2)) or [(varying[0], next(n for n in NAMES if n != varying[0]))]
-    paths = [map_figure(cells, x, y, [n for n in varying if n not in (x, y)], rows, out_dir / f"atlas_map_{x}_{y}.png")
-             for x, y in pairs]
-    return paths + [margin_figure(cells, crossovers, varying, rows, out_dir / "atlas_margins.png")]
+    found = [(out_dir / f"atlas_map_{x}_{y}.png", functools.partial(
+        map_figure, cells, x, y, [n for n in varying if n not in (x, y)], rows, out_dir / f"atlas_map_{x}_{y}.png"))
+        for x, y in pairs]
+    margins = out_dir / "atlas_margins.png"
+    return found + [(margins, functools.partial(margin_figure, cells, crossovers, varying, rows, margins))]
+
+
+def plot_atlas(cells: pd.DataFrame, crossovers: pd.DataFrame, ranges: list, rows: pd.DataFrame,
+               out_dir: Path) -> list[Path]:
+    """Every picture of `pictures`, drawn."""
+    return [draw() for _, draw in pictures(cells, crossovers, ranges, rows, out_dir)]

@@ -67,6 +67,12 @@ def crossovers_section(crossovers: pd.DataFrame, ranges: list) -> list[str]:
             *_table(["axis", "bracket", "width %", "status", "winner low → high", "on"], lines[:MAX_LINES]), "", *more]
 
 
+def _shared(cells: pd.DataFrame) -> str:
+    copied = int(cells["measured_as"].map(lambda v: isinstance(v, str) and v != "").sum()) if "measured_as" in cells else 0
+    return (f", {len(cells) - copied} measured ({copied} the same step as a cell measured: they share its measurement, "
+            "named in cells.csv's measured_as)") if copied else ""
+
+
 def summary_text(cells: pd.DataFrame, crossovers: pd.DataFrame, ranges: list, rows: pd.DataFrame, stop: str,
                  cpu: bool) -> str:
     out = ["# attnbench atlas", ""]
@@ -74,7 +80,7 @@ def summary_text(cells: pd.DataFrame, crossovers: pd.DataFrame, ranges: list, ro
         out += [f"**{CPU_MARK}**: {CPU_NOTE}.", ""]
     modes = "/".join(sorted(rows["mode"].dropna().astype(str).unique()))
     out += [f"- where: {where_it_ran(rows)}; {modes} mode",
-            f"- cells: {len(cells)} in {int(cells['round'].max()) + 1} round(s); stopped: {stop}", ""]
+            f"- cells: {len(cells)} in {int(cells['round'].max()) + 1} round(s){_shared(cells)}; stopped: {stop}", ""]
     out += axes_section(ranges)
     if not cpu:
         out += winners_section(cells) + crossovers_section(crossovers, ranges)

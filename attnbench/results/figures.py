@@ -10,6 +10,7 @@ save that replaces a symlink in the way instead of following it.
 
 from __future__ import annotations
 
+import io
 import textwrap
 from pathlib import Path
 
@@ -108,12 +109,12 @@ def title(what: str, df: pd.DataFrame, settings: str, note: str = "") -> str:
     return "\n".join(lines)
 
 
-def panels(count: int, width: float = 4.6, height: float = 3.6):
+def panels(count: int, width: float = 4.6, height: float = 3.6, layout: str | None = "constrained"):
     """A figure of `count` panels, at most three a row; unused cells removed. Returns (fig, axes)."""
     cols = min(3, count)
     rows = -(-count // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows + 1.2), squeeze=False,
-                             layout="constrained")
+                             layout=layout)
     flat = list(axes.flat)
     for unused in flat[count:]:
         unused.remove()
@@ -184,8 +185,10 @@ def finish(fig, axes, heading: str, path: Path, dpi: int = 90) -> Path:
         fits = int(fig.get_figwidth() // (0.075 * max(map(len, named)) + 0.6))
         fig.legend(named.values(), named.keys(), loc="outside lower center", ncol=max(1, min(fits, len(named))),
                    fontsize=8)
+    png = io.BytesIO()  # drawn in memory: the temporary file beside `path` lives only while the bytes are written
     try:
-        replace_atomic(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
+        fig.savefig(png, dpi=dpi, format="png")
     finally:
         plt.close(fig)
+    replace_atomic(path, lambda tmp: tmp.write_bytes(png.getvalue()))
     return path

@@ -6,7 +6,10 @@ timing, replicates, --isolate workers and the run directory already exist for a 
 (results/atlas_refine.py: the coarse grid, then the midpoints of the open crossovers) are
 GivenPoints (kernels/atlas_axes.py) run as one sweep, appended to one results.csv with the
 cell's round and coordinates before the sweep's columns. `--resume DIR` reads the cells DIR has
-finished and asks the same pure function what comes next, so no cell is measured twice.
+finished and asks the same pure function what comes next, so no cell is measured twice; cells
+that are the same step share one measurement (runs/atlas_shared.py). A signal ends the rounds,
+then the tables and the pictures are written (runs/atlas_outputs.py) and the error line says how
+far the round got.
 """
 
 from __future__ import annotations
@@ -20,18 +23,19 @@ from rich.console import Console
 
 from attnbench.console import default_out_dir
 from attnbench.device import device_name, resolve_device, select
-from attnbench.errors import AttnbenchError, UsageError
-from attnbench.interrupts import interrupted
+from attnbench.errors import AttnbenchError, Interrupted, UsageError
+from attnbench.interrupts import SignalReceived, signal_of, signals_raise
 from attnbench.kernels.atlas_axes import AXES, CPU_DEFAULTS, GPU_DEFAULTS, CellShape, cell_point, parse_range
 from attnbench.kernels.notices import cpu_run_line
 from attnbench.kernels.plan import KernelArgs, plan_sweep
 from attnbench.kernels.workload import DEFAULT_STRATEGIES, MAX_HEADS
 from attnbench.results import files
-from attnbench.results.atlas_cells import ATLAS_COLUMNS, CELL_COLUMNS, cell_table, coord_of, outcomes
+from attnbench.results.atlas_cells import ATLAS_COLUMNS, CELL_COLUMNS, MEASURED_AS, cell_table, coord_of, outcomes
 from attnbench.results.atlas_refine import coarse_grid, explore
 from attnbench.results.atlas_report import CPU_NOTE
 from attnbench.results.env import collect
 from attnbench.runs.atlas_outputs import write_atlas_outputs
+from attnbench.runs.atlas_shared import copy_row, measured_rows, plan_round
 from attnbench.runs.kernel import KEY, ContextDied, point_key, sweep_into
 from attnbench.runs.resume import check_foreign, check_resume, sweep_record
 from attnbench.runs.rundir import RunDir
@@ -71,11 +75,12 @@ class AtlasArgs:
 
 
 class Stopped(Exception):
-    """A round ended early (Ctrl-C, SIGTERM, a dead CUDA context): what stopped it."""
+    """A round ended early (Ctrl-C, SIGTERM, a dead CUDA context): what stopped it, and how far the
+    round got (its number, the cells it measured, the cells it had)."""
 
-    def __init__(self, cause: BaseException):
+    def __init__(self, cause: BaseException, round_number: int, done: int, cells: int):
         super().__init__(str(cause))
-        self.cause = cause
+        self.cause, self.where = cause, (round_number, done, cells)
 
 
 def atlas_ranges(args: AtlasArgs, cpu: bool) -> list:
@@ -186,36 +191,81 @@ def run_atlas(args: AtlasArgs, console: Console, command: list[str]) -> Path:
             found = _read_outcomes(run, shape, cpu)
             return {c: found[c] for c in coords if c in found}
 
-        stopped, exploration = None, None
+        stopped, where, exploration = None, None, None
         try:
-            exploration = explore(ranges, args.heads, measured, measure, args.max_cells)
+            with signals_raise():  # between rounds too: a signal ends the exploration, not the outputs
+                exploration = explore(ranges, args.heads, measured, measure, args.max_cells)
         except Stopped as stop:
-            stopped = stop.cause
+            stopped, where = stop.cause, stop.where
+        except (KeyboardInterrupt, SignalReceived) as exc:
+            stopped = exc
         finally:
             writer.close()
         if writer.rows or keep:
-            write_atlas_outputs(run, env, ranges, shape, cpu, exploration, console)
+            late = write_atlas_outputs(run, env, ranges, shape, cpu, exploration, console)
+            stopped = stopped or late
     if isinstance(stopped, ContextDied):
         raise AttnbenchError(f"{stopped}; run again with --isolate --resume {run.path} to measure the rest")
     if stopped is not None:
-        raise interrupted(stopped, len({point_key(r) for r in writer.rows}), args.max_cells, run.path)
+        raise _interrupted(stopped, where, exploration, run)
     return run.path
+
+
+def _interrupted(stopped: BaseException, where: tuple | None, exploration, run: RunDir) -> Interrupted:
+    """How far the atlas got when a signal stopped it: within a round (its cells measured of its
+    cells), between rounds, or (every round done) while drawing the pictures."""
+    name, number = signal_of(stopped)
+    cells = len({tuple(r[c] for c in CELL_COLUMNS) for r in _saved_rows(run.path)})
+    if where is not None:
+        at = f"in round {where[0]} after {where[1]} of its {where[2]} cell(s) ({cells} cell(s) measured in all)"
+    elif exploration is None:
+        at = f"between rounds ({cells} cell(s) measured)"
+    else:
+        at = f"while drawing the pictures (every round done: {cells} cell(s))"
+    return Interrupted(f"interrupted by {name} {at}; {run.path} holds what was measured and its tables (finish it "
+                       f"with the same flags and --resume {run.path})", number)
 
 
 def _measure_round(coords: list, number: int, kargs: KernelArgs, shape: CellShape, writer, gpu_name, console,
                    out: Path) -> None:
-    """One round's cells as one kernel sweep; each row tagged with its cell's round and coordinates."""
-    points = [cell_point(c, shape) for c in coords]
-    plan = replace(plan_sweep(kargs, given=points), notices=())
-    tags = {point_key(p.key()): {"round": number, **dict(zip(CELL_COLUMNS, c))} for p, c in zip(points, coords)}
-    console.print(f"round {number}: {len(points)} cell(s)")
-    try:
-        stopped = sweep_into(lambda rows: writer.write_many([{**r, **tags[point_key(r)]} for r in rows]),
-                             plan, gpu_name, console, False, out)
-    except ContextDied as died:
-        stopped = died
+    """One round's cells as one kernel sweep of a cell per step (runs/atlas_shared.py); each row
+    tagged with its cell's round and coordinates, and copied to the round's other cells of its step."""
+    saved = measured_rows(_saved_rows(out), shape.heads)
+    plan = plan_round(coords, saved)
+    sharers: dict = {}
+    for cell, source in plan.copies.items():
+        sharers.setdefault(source, []).append(cell)
+    done: set = set()
+
+    def write(rows: list[dict]) -> None:
+        lines = []
+        for row in rows:
+            cell = by_key[point_key(row)]
+            lines += [{**row, "round": number, **dict(zip(CELL_COLUMNS, cell)), MEASURED_AS: ""},
+                      *(copy_row(row, other, cell, shape, number) for other in sharers.get(cell, ()))]
+            done.update([cell, *sharers.get(cell, ())])
+        writer.write_many(lines)
+
+    console.print(f"round {number}: {len(coords)} cell(s), {len(plan.measure)} measured "
+                  f"({len(plan.copies)} the same step as another cell: its measurement is shared)")
+    for source in [s for s in sharers if s in saved]:  # steps an earlier round measured
+        writer.write_many([copy_row(r, cell, source, shape, number) for cell in sharers[source] for r in saved[source]])
+        done.update(sharers[source])
+    points = [cell_point(c, shape) for c in plan.measure]
+    by_key = {point_key(p.key()): c for p, c in zip(points, plan.measure)}
+    stopped = None
+    if points:
+        try:
+            stopped = sweep_into(write, replace(plan_sweep(kargs, given=points), notices=()), gpu_name, console,
+                                 False, out)
+        except ContextDied as died:
+            stopped = died
     if stopped is not None:
-        raise Stopped(stopped)
+        raise Stopped(stopped, number, len(done), len(coords))
+
+
+def _saved_rows(out: Path) -> list[dict]:
+    return pd.read_csv(out / "results.csv", dtype=str, keep_default_na=False).to_dict("records")
 
 
 def _scaled(args: AtlasArgs) -> dict[str, str]:
