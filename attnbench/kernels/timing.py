@@ -7,10 +7,9 @@ One function does all of it, as triton.testing.do_bench does, and returns sample
   launches of each call are in the graph). Only kernel time and in-graph gaps remain. `inner` is
   chosen from a graph replay's device time, so a microsecond kernel gets ~100 calls per sample
   and the graph launch's share of each per-call time stays small and the same run to run.
-- cold L2: one call per sample, a buffer twice the L2 size read before each sample outside the
-  events, so every sample reads its K/V from HBM. A read, not a zeroing: that leaves L2 full of
-  dirty lines whose write-back to HBM would fall inside the sample. The flush is timed by its own event pair and
-  kept apart (Timing.flush_ms); runs/l2check.py shows on a GPU that the flush works.
+- cold L2: one call per sample, a buffer twice the L2 size read before each sample (a zeroing
+  leaves dirty lines whose write-back falls inside the sample), timed by its own events and kept
+  apart (Timing.flush_ms), so every sample reads its K/V from HBM; runs/l2check.py proves it.
 On the CPU the clock is time.perf_counter and the callable runs eagerly.
 
 Several runners (a point's strategies) are timed in alternating rounds of samples, so drift in
@@ -233,6 +232,7 @@ def make_timed_kernel(fn: Callable[[], torch.Tensor], mode: str, device: torch.d
 
 def _events(count: int) -> list[tuple[torch.cuda.Event, torch.cuda.Event]]:
     return [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(count)]
+
 
 def sample_round(runner: TimedKernel, count: int, flush: torch.Tensor | None) -> tuple[list[float], list[float]]:
     """`count` samples of one runner, in ms per call, and (with `flush`) each sample's flush in ms:

@@ -35,8 +35,8 @@ from attnbench.kernels.timing import TimingConfig
 from attnbench.kernels.verify import gating_failures, replay_cases, verify_rows
 from attnbench.kernels.workload import SweepPoint
 from attnbench.results.env import collect
-from attnbench.runs.l2check import l2_check, l2_failed
 from attnbench.results.telemetry import gpu_telemetry, summarize
+from attnbench.runs.l2check import l2_check, l2_failed
 from attnbench.workers import pool
 
 # (heads, kv heads, head dim): GQA at 64, MHA at 128; a backend is checked on the first it supports
