@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-from attnbench.results.compare import BROKEN, env_differences, labels, varying
+from attnbench.results.compare import BROKEN, by_verdict, env_differences, labels, varying
 from attnbench.results.paired import BASELINE, CANDIDATE, RowRounds
 from attnbench.results.read import KERNEL
 from attnbench.results.replicates import CONFIDENCE
@@ -67,9 +67,7 @@ def ab_frame(entries: list[tuple[dict, RowRounds, dict]], threshold: float, conf
     names = labels(keys, varying(keys, list(KERNEL.key)))
     frame = pd.DataFrame([ab_row(key, name, rounds, sides, threshold, confidence, cpu)
                           for (key, rounds, sides), name in zip(entries, names)])
-    order = {v: i for i, v in enumerate(VERDICTS)}
-    return frame.sort_values(["verdict", "ratio"], key=lambda s: s.map(order) if s.name == "verdict" else -s,
-                             kind="stable").reset_index(drop=True)
+    return by_verdict(frame)
 
 
 def broken(frame: pd.DataFrame) -> pd.DataFrame:

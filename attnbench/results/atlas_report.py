@@ -13,15 +13,11 @@ import pandas as pd
 
 from attnbench.kernels.atlas_axes import AXES, NAMES, TOLERANCE
 from attnbench.results.figures import CPU_MARK, where_it_ran
+from attnbench.results.tables import md_lines
 
 MAX_LINES = 60  # crossovers listed in summary.md; crossovers.csv holds them all
 CPU_NOTE = ("the reference backend alone ran (on the CPU): its cells name no winner and give no verdict, so "
             "nothing is refined; the tables and pictures show the pipeline works")
-
-
-def _table(header: list[str], lines: list[list]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(map(str, line)) + " |" for line in lines)]
 
 
 def _number(value) -> str:
@@ -31,7 +27,7 @@ def _number(value) -> str:
 def axes_section(ranges: list) -> list[str]:
     lines = [[a.name, f"{r.low:g} – {r.high:g} ({r.count} coarse, {a.scale})" if r.varies else f"{r.low:g} (fixed)",
               a.meaning] for a, r in zip(AXES, ranges)]
-    return ["## Axes", "", *_table(["axis", "values", "meaning"], lines), ""]
+    return ["## Axes", "", *md_lines(["axis", "values", "meaning"], lines), ""]
 
 
 def winners_section(cells: pd.DataFrame) -> list[str]:
@@ -46,7 +42,7 @@ def winners_section(cells: pd.DataFrame) -> list[str]:
     lines.sort(key=lambda line: -line[1])
     return ["## Winners", "", "Margin: the second-best passing time over the best (1.000: equal). A tie: the "
             "margin's interval reaches 1.", "",
-            *_table(["winner", "cells", "of them ties", "median margin", "largest margin"], lines), ""]
+            *md_lines(["winner", "cells", "of them ties", "median margin", "largest margin"], lines), ""]
 
 
 def crossovers_section(crossovers: pd.DataFrame, ranges: list) -> list[str]:
@@ -64,7 +60,7 @@ def crossovers_section(crossovers: pd.DataFrame, ranges: list) -> list[str]:
             + ", ".join(f"{n} {s}" for s, n in counts.items()) + f". located: the bracket is within "
             f"{TOLERANCE:.0%} of its middle; resolution: no value a batch holds lies between; open: the cell "
             "budget ended first; tie: both ends are ties, not refined.", "",
-            *_table(["axis", "bracket", "width %", "status", "winner low → high", "on"], lines[:MAX_LINES]), "", *more]
+            *md_lines(["axis", "bracket", "width %", "status", "winner low → high", "on"], lines[:MAX_LINES]), "", *more]
 
 
 def _shared(cells: pd.DataFrame) -> str:

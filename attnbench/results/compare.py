@@ -159,6 +159,13 @@ class Comparison:
         return self.count("slower") > 0 or bool(self.broken())
 
 
+def by_verdict(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows in VERDICTS' order, the largest ratio first within a verdict (stable)."""
+    order = {v: i for i, v in enumerate(VERDICTS)}
+    return rows.sort_values(["verdict", "ratio"], key=lambda s: s.map(order) if s.name == "verdict" else -s,
+                            kind="stable").reset_index(drop=True)
+
+
 def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float, key: list[str] | None = None,
                  kind: ResultKind = KERNEL, cpu: bool = False) -> Comparison:
     """Rows of BASE and NEW (of one kind) matched on key (default: the kind's whole key) and judged as
@@ -183,9 +190,7 @@ def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float, key: l
                                           "method", "verdict", "check", "base_check"])
     label_columns = varying(pd.concat([base, new]), key)
     rows["label"] = labels(rows, label_columns)
-    order = {v: i for i, v in enumerate(VERDICTS)}
-    rows = rows.sort_values(["verdict", "ratio"], key=lambda s: s.map(order) if s.name == "verdict" else -s,
-                            kind="stable").reset_index(drop=True)
+    rows = by_verdict(rows)
     untimed_keys = [k for k in common if k not in set(timed)]
     untimed = new_k.loc[untimed_keys, key].assign(
         base=list(base_k.loc[untimed_keys, "verdict"]), new=list(new_k.loc[untimed_keys, "verdict"]))

@@ -38,8 +38,9 @@ def latest_tables(series: list[Series], entries: list[Entry]) -> str:
     """Per GPU: its latest entry, and every series it measured: value, change from the run before,
     and the series' last change point."""
     parts = []
-    for gpu in sorted({e.gpu for e in entries}):
-        latest = [e for e in entries if e.gpu == gpu][-1]
+    newest = {e.gpu: e for e in entries}  # entries run oldest first: the last of a GPU stays
+    for gpu in sorted(newest):
+        latest = newest[gpu]
         libraries = ", ".join(f"{k} {v}" for k, v in latest.libraries.items())
         parts.append(f"<details><summary><b>{html.escape(gpu)}</b>: commit <code>{html.escape(latest.commit[:12])}"
                      f"</code>, {html.escape(latest.date)}, {html.escape(libraries)}</summary>")

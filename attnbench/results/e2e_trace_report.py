@@ -19,6 +19,7 @@ from attnbench.e2e.serve_metrics import ServeMeasures
 from attnbench.results.atomic import replace_atomic
 from attnbench.results.e2e_report import CPU_NOTE, e2e_markdown
 from attnbench.results.tables import format_params
+from attnbench.results.verdicts import on_cpu
 
 DEFINITIONS = ("TTFT: first token - arrival; TPOT: (E2EL - TTFT) / (output tokens - 1), requests of more than one "
                "output token; ITL: every gap between a request's consecutive tokens, pooled; E2EL: last token - "
@@ -35,10 +36,6 @@ AGREEMENT_COLUMNS = ["backend", "reference", "run", "verdict", "tokens_equal", "
                      "logit_scale"]
 
 
-def on_cpu(rows: pd.DataFrame) -> bool:
-    return "device" in rows and (rows["device"] == "cpu").any()
-
-
 def trace_table(rows: pd.DataFrame) -> pd.DataFrame:
     """One line per served choice, vllm bench serve's numbers, and each TPOT p50 over unified's of
     the same backend and mode (blank on the CPU)."""
@@ -48,7 +45,7 @@ def trace_table(rows: pd.DataFrame) -> pd.DataFrame:
     table = served[[c for c in SHOWN if c in served]].rename(columns=SHOWN).reset_index(drop=True)
     unified = served[served["strategy"] == "unified"].set_index(["backend", "mode"])["tpot_p50_ms"]
     ratio = [row.tpot_p50_ms / unified.get((row.backend, row.mode), math.nan) for row in served.itertuples()]
-    if not on_cpu(rows) and len(set(served["strategy"])) > 1:
+    if not on_cpu(rows, {}) and len(set(served["strategy"])) > 1:
         table["TPOT p50 / unified"] = ratio
     return table
 
@@ -68,7 +65,7 @@ def write_summary(run, rows: pd.DataFrame, agreement: pd.DataFrame, env: dict) -
         f"- device: {gpu}; torch {env.get('torch')}; attnbench {env.get('attnbench_version')}",
         *[f"- {b}: {note}" for b, note in (e2e.get("graphs") or {}).items()],
         f"- {DEFINITIONS}", f"- {ONE_SERVE}",
-        *([f"- {CPU_NOTE}"] if on_cpu(rows) else []),
+        *([f"- {CPU_NOTE}"] if on_cpu(rows, {}) else []),
         "", e2e_markdown(trace_table(rows), "{:.3f}"),
         f"## Agreement of greedy tokens, check serves (MISMATCH: logit difference > {LOGIT_TOLERANCE} x logit spread "
         "where both serves had the same inputs)\n",
@@ -107,7 +104,7 @@ def write_trace_outputs(run, rows: list[dict], requests: list[dict], agreements:
         run.record(run.path / "trace_latency.png")
         written.append(plot_trace(frame, pd.DataFrame(requests), run.path / "trace_latency.png").name)
     console.print(e2e_markdown(trace_table(frame), "{:.3f}"), highlight=False, soft_wrap=True)
-    if on_cpu(frame):
+    if on_cpu(frame, {}):
         console.print(f"[yellow]note:[/] {CPU_NOTE}", highlight=False, soft_wrap=True)
     for a in agreements:
         console.print(f"agreement {a['backend']}: {a['run']} vs {a['reference']}: {a['verdict']} (tokens equal "

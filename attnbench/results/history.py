@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -106,7 +106,7 @@ def new_entry(run: Run, env: dict, source: Path, commit: str | None, date: str |
                   (*FILED, *(name for name in OPTIONAL if (source / name).is_file())))
     digest = hashlib.sha256(repr(entry.key()).encode()).hexdigest()[:8]
     ident = f"{when.astimezone(dt.timezone.utc):%Y%m%dT%H%M%S}-{safe(commit)[:12]}-{digest}"
-    return Entry(**{**asdict(entry), "id": ident, "files": entry.files})
+    return replace(entry, id=ident)
 
 
 def safe(text: str) -> str:

@@ -13,15 +13,11 @@ import pandas as pd
 
 from attnbench.results.figures import CPU_MARK, is_cpu, where_it_ran
 from attnbench.results.replay import modes_of, oracle, replicate_ranges, sample_errors, totals, wins
+from attnbench.results.tables import md_lines
 
 
 def _ms(value: float) -> str:
     return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4g}"
-
-
-def _table(header: list[str], lines: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(map(str, line)) + " |" for line in lines)]
 
 
 def totals_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[str]:
@@ -36,7 +32,7 @@ def totals_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[s
               f"no total: {t.missing} bucket(s) without a passing row"]
              for t in found]
     return ["### Attention time per layer over the trace", "",
-            *_table(["choice", "total ms", "p10 – p90 ms", "replicates ms", "vs fastest"], lines), ""]
+            *md_lines(["choice", "total ms", "p10 – p90 ms", "replicates ms", "vs fastest"], lines), ""]
 
 
 def oracle_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str, cpu: bool) -> list[str]:
@@ -68,7 +64,7 @@ def wins_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str, ratio: floa
     return ["### Where each choice wins (steps, by kind and query tokens)", "",
             "A bucket's steps are shared among its representatives' fastest choices by their weights, as the "
             "per-step oracle counts them.", "",
-            *_table(["kind", "query tokens", "steps", "wins most", "of its steps", "winners"], lines), ""]
+            *md_lines(["kind", "query tokens", "steps", "wins most", "of its steps", "winners"], lines), ""]
 
 
 def sample_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[str]:
@@ -79,7 +75,7 @@ def sample_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[s
     lines = [[e.choice, e.steps, _ms(e.timed_ms), _ms(e.estimate_ms), f"{e.error_pct:+.2f} %",
               "—" if math.isnan(e.stderr_pct) else f"{e.stderr_pct:.2f} %"] for e in errors]
     return ["### Bucketing error (sampled steps timed one by one)", "",
-            *_table(["choice", "steps", "timed ms", "bucketed estimate ms", "error", "standard error"], lines), "",
+            *md_lines(["choice", "steps", "timed ms", "bucketed estimate ms", "error", "standard error"], lines), "",
             "Each sampled step is estimated by its bucket's mean: the standard error is how far the error moves "
             "with which steps were drawn, even when the buckets sum the whole trace exactly.", ""]
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from functools import lru_cache
 from typing import Sequence
 
 CONFIDENCE = 0.95
@@ -63,6 +64,7 @@ def t_cdf(t: float, df: float) -> float:
     return 1.0 - tail if t > 0 else tail
 
 
+@lru_cache(maxsize=None)  # pure, and asked for the same (p, df) again and again by every row
 def t_quantile(p: float, df: float) -> float:
     """The p-quantile (0.5 < p < 1) of Student's t, by bisection on t_cdf."""
     low, high = 0.0, 1.0

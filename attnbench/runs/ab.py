@@ -16,7 +16,7 @@ workers reported them, the ab settings), summary.md.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -95,8 +95,7 @@ def ab_plan(sweeps: list[KernelArgs]) -> SweepPlan:
         if worker_spec(plan) != worker_spec(first):
             raise UsageError("the scenario's sweeps differ in more than their points; ab measures one sweep")
     points = tuple(p for plan in plans for p in plan.points)
-    return SweepPlan(points, first.backends, first.strategies, first.modes, first.timing, first.device,
-                     notices=first.notices, replicates=1, lacking=first.lacking)
+    return replace(first, points=points, replicates=1, unfit=tuple(u for plan in plans for u in plan.unfit))
 
 
 def worker_spec(plan: SweepPlan) -> dict:

@@ -23,8 +23,8 @@ from attnbench.runs.rundir import RunDir
 def winner_maps(history: Path, entries: list[Entry]) -> list[tuple[Entry, pd.DataFrame]]:
     """The latest entry per GPU whose run filed the atlas's cells.csv with a `winner` column."""
     latest: dict[str, tuple[Entry, pd.DataFrame]] = {}
-    for entry in entries:
-        if "cells.csv" not in entry.files:
+    for entry in reversed(entries):  # newest first: a GPU's first atlas found is its latest
+        if entry.gpu in latest or "cells.csv" not in entry.files:
             continue
         header, rows = read_table(history / RUNS / entry.id / "cells.csv", {})
         if "winner" in header:

@@ -63,9 +63,10 @@ def run_rule_fit(args: RuleFitArgs, console: Console) -> Path:
     tree, weighting = fit_tree(features, times, weights, args.max_depth, args.seed)
     draws = [cross_validated(features, times, weights, args.max_depth, args.folds, args.seed + i) for i in range(DRAWS)]
     picks = {"rule, cross-validated": draws[0], "rule, fitted": predict(tree, features)}
-    tables = {name: regret_lines(cells, scope, picks) for name, scope in scopes(cells).items()}
+    scoped = scopes(cells)
+    tables = {name: regret_lines(cells, scope, picks) for name, scope in scoped.items()}
     spread = {name: [round(f(regret(times.loc[scope], weights.loc[scope], d.loc[scope])[2] for d in draws), 3)
-                     for f in (min, max)] for name, scope in scopes(cells).items()}
+                     for f in (min, max)] for name, scope in scoped.items()}
     fit = {"max_depth": args.max_depth, "weighting": weighting, "folds": min(args.folds, len(times)),
            "seed": args.seed, "mode": cells.runs[0]["mode"], "cells": len(times), "draws": DRAWS,
            "cross_validated_range_pct": spread,

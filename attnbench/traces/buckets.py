@@ -135,9 +135,8 @@ def bucket_steps(trace: Trace, ratio: float = DEFAULT_RATIO) -> list[StepBucket]
     buckets = []
     for index, (key, members) in enumerate(groups.items()):
         kept, weights = weigh(np.array([measured[i] for i in members], dtype=float))
-        order = sorted(range(len(kept)), key=lambda k: members[kept[k]])
-        buckets.append(StepBucket(index, key[0], key[1:], tuple(members), tuple(members[kept[k]] for k in order),
-                                  tuple(weights[k] for k in order)))
+        buckets.append(StepBucket(index, key[0], key[1:], tuple(members), tuple(members[k] for k in kept),
+                                  tuple(weights)))  # kept ascends, so the representatives stay in trace order
     return buckets
 
 
