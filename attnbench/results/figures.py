@@ -171,8 +171,9 @@ def ratio_y(ax, points, lows=(), highs=(), label: str = "") -> bool:
     return clipped
 
 
-def finish(fig, axes, heading: str, path: Path, dpi: int = 90) -> Path:
-    """One legend for the figure naming every line (below the panels), the title, an atomic save."""
+def finish(fig, axes, heading: str, path: Path, dpi: int = 90, markerscale: float = 1.0) -> Path:
+    """One legend for the figure naming every line (below the panels; `markerscale` shrinks large
+    scatter markers there so its rows do not overlap), the title, an atomic save."""
     named: dict[str, object] = {}
     for ax in axes:
         ax.grid(True, which="major", alpha=0.3)
@@ -184,7 +185,7 @@ def finish(fig, axes, heading: str, path: Path, dpi: int = 90) -> Path:
         # as many columns as the figure's width holds at the longest label (8 points: ~0.075 in a character)
         fits = int(fig.get_figwidth() // (0.075 * max(map(len, named)) + 0.6))
         fig.legend(named.values(), named.keys(), loc="outside lower center", ncol=max(1, min(fits, len(named))),
-                   fontsize=8)
+                   fontsize=8, markerscale=markerscale)
     png = io.BytesIO()  # drawn in memory: the temporary file beside `path` lives only while the bytes are written
     try:
         fig.savefig(png, dpi=dpi, format="png")
