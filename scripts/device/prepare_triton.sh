@@ -5,6 +5,7 @@
 # Run it from the project's root on a machine with the registry:
 #   bash scripts/device/prepare_triton.sh                 # downloads the vllm wheel (about 280 MB), once
 #   bash scripts/device/prepare_triton.sh --wheel PATH    # or reads a vllm wheel already downloaded
+#   (--out DIR writes the pack elsewhere; --no-check skips importing the kernel from it)
 # It writes .device-triton/ (ignored by git, tens of KB): vllm-triton-site.tar.xz and bootstrap.sh.
 # A GPU command then carries [".device-triton"] (with ".device" for FA2/FA3) and starts with
 #   source .device/bootstrap.sh && source .device-triton/bootstrap.sh && python3 -m attnbench ...
@@ -16,13 +17,19 @@
 # platform whose module imports the compiled extension (the shim's docstring says what it answers).
 # vllm 0.24.0 matches the GPU machine's torch 2.11 and its bundled Triton 3.6, as prepare.sh says.
 set -euo pipefail
-WHEEL=""
-[ "${1:-}" = "--wheel" ] && { WHEEL="$2"; shift 2; }
+WHEEL="" OUT="" CHECK=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --wheel) WHEEL="$2"; shift 2 ;;  # build from this wheel (and refresh the cache) instead of downloading
+    --out) OUT="$2"; shift 2 ;;      # write the pack here instead of .device-triton/
+    --no-check) CHECK=0; shift ;;    # skip importing the kernel from the pack (done where torch and triton are)
+    *) break ;;
+  esac
+done
 VLLM_VERSION="${1:-0.24.0}"
-top=$(git rev-parse --show-toplevel)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/attnbench-device/vllm-$VLLM_VERSION-triton"
-out="$top/.device-triton"
+out="${OUT:-$(git rev-parse --show-toplevel)/.device-triton}"
 FILES="
 vllm/envs.py vllm/logger.py vllm/logging_utils/__init__.py vllm/logging_utils/access_log_filter.py
 vllm/logging_utils/formatter.py vllm/logging_utils/lazy.py vllm/logging_utils/log_time.py
@@ -34,7 +41,7 @@ vllm/v1/attention/ops/triton_attention_helpers.py vllm/v1/attention/ops/triton_u
 vllm/v1/kv_cache_interface.py vllm/v1/kv_cache_spec_registry.py
 "
 
-if [ ! -f "$cache/vllm-triton-site.tar.xz" ]; then
+if [ -n "$WHEEL" ] || [ ! -f "$cache/vllm-triton-site.tar.xz" ]; then
   scratch=$(mktemp -d)
   trap 'rm -rf "$scratch"' EXIT
   if [ -z "$WHEEL" ]; then
@@ -67,7 +74,7 @@ fi
 mkdir -p "$out"
 cp "$cache/vllm-triton-site.tar.xz" "$out/"
 cp "$here/bootstrap_triton.sh" "$out/bootstrap.sh"
-if python3 -c "import torch, triton" 2>/dev/null; then  # where torch is: the pack imports the kernel alone
+if [ "$CHECK" = 1 ] && python3 -c "import torch, triton" 2>/dev/null; then  # where torch is: the pack imports the kernel alone
   check=$(mktemp -d) && tar -xJf "$out/vllm-triton-site.tar.xz" -C "$check"
   CUDA_VISIBLE_DEVICES="" PYTHONPATH="$check" python3 -c "
 import sys, vllm.v1.attention.ops.triton_unified_attention as m
