@@ -27,6 +27,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 VLLM_VERSION="${1:-0.24.0}"
+[ -z "$WHEEL" ] || [ -f "$WHEEL" ] || { echo "error: --wheel $WHEEL: no such file" >&2; exit 1; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/attnbench-device/vllm-$VLLM_VERSION-triton"
 out="${OUT:-$(git rev-parse --show-toplevel)/.device-triton}"
@@ -55,8 +56,12 @@ if [ -n "$WHEEL" ] || [ ! -f "$cache/vllm-triton-site.tar.xz" ]; then
   python3 - "$WHEEL" "$scratch/site" "$VLLM_VERSION" $FILES <<'PY'
 import sys, zipfile
 wheel, site, version, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+wanted = files + [f"vllm-{version}.dist-info/METADATA"]
 with zipfile.ZipFile(wheel) as z:
-    z.extractall(site, files + [f"vllm-{version}.dist-info/METADATA"])
+    missing = sorted(set(wanted) - set(z.namelist()))
+    if missing:
+        sys.exit(f"error: {wheel} is not a vllm {version} wheel with the kernel's files (lacks {', '.join(missing[:3])} ...)")
+    z.extractall(site, wanted)
 PY
   cat > "$scratch/site/vllm/__init__.py" <<PY
 """Stub written by attnbench's scripts/device/prepare_triton.sh: only the modules vLLM's unified Triton
