@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -57,6 +58,7 @@ class TritonLibrary:
 @functools.lru_cache(maxsize=1)
 def find_library() -> tuple[TritonLibrary | None, str | None]:
     """vLLM's kernel module once it imports with a working Triton, or None and why not."""
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # vLLM logs to stdout; --json rows go there
     try:
         module = importlib.import_module(KERNEL_MODULE)
         triton_utils = importlib.import_module("vllm.triton_utils")
