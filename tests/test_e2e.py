@@ -204,7 +204,7 @@ def test_llama_7b_on_cpu_says_how_much_it_needs():
 
 # --- GPU --------------------------------------------------------------------------------------
 
-GPU_BACKENDS = backend_params("vllm-fa2", "vllm-fa3")  # every graph-safe kernel backend
+GPU_BACKENDS = backend_params("vllm-fa2", "vllm-fa3", "vllm-triton")  # every graph-safe kernel backend
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)

@@ -198,7 +198,7 @@ def test_rows_carry_cudagraph_and_older_results_read_with_its_default(full_on_cp
 
 # --- GPU --------------------------------------------------------------------------------------
 
-GPU_BACKENDS = backend_params("vllm-fa2", "vllm-fa3")
+GPU_BACKENDS = backend_params("vllm-fa2", "vllm-fa3", "vllm-triton")
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)

@@ -182,7 +182,7 @@ def test_piecewise_on_the_cpu_falls_back_to_none_with_a_note(tmp_path):
 
 # --- GPU --------------------------------------------------------------------------------------
 
-GPU_BACKENDS = backend_params("vllm-fa2", "vllm-fa3", "flashinfer")
+GPU_BACKENDS = backend_params("vllm-fa2", "vllm-fa3", "flashinfer", "vllm-triton")
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)

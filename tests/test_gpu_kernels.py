@@ -1,4 +1,5 @@
-"""vllm-flash-attn FA2 (and FA3 on Hopper) on a CUDA GPU: unified and split against the float32
+"""vllm-flash-attn FA2 (and FA3 on Hopper; vLLM's unified Triton attention where its pack is sourced) on a CUDA
+GPU: unified and split against the float32
 reference on every batch kind, and a CUDA-graph replay against the eager call (the seed PR's
 garbage-with-graphs bug).
 
@@ -15,6 +16,7 @@ from conftest import rel_l2
 from attnbench.kernels.backends.reference import reference_attention
 from attnbench.kernels.backends.vllm_fa2 import VllmFA2Backend
 from attnbench.kernels.backends.vllm_fa3 import VllmFA3Backend
+from attnbench.kernels.backends.vllm_triton import VllmTritonBackend
 from attnbench.kernels.inputs import Inputs, make_inputs
 from attnbench.kernels.metadata import build_metadata
 from attnbench.kernels.check import REL_L2_TOLERANCE as TOLERANCE
@@ -40,6 +42,8 @@ KERNELS = [
     pytest.param(FA2, id="vllm-fa2"),
     pytest.param(FA3, id="vllm-fa3", marks=pytest.mark.skipif(
         _FA3_UNAVAILABLE is not None, reason=f"vllm-fa3 unavailable: {_FA3_UNAVAILABLE}")),
+    pytest.param(TRITON := VllmTritonBackend(), id="vllm-triton", marks=pytest.mark.skipif(
+        TRITON.unavailable_reason() is not None, reason=f"vllm-triton unavailable: {TRITON.unavailable_reason()}")),
 ]
 
 

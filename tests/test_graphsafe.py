@@ -294,7 +294,7 @@ def test_verify_without_a_gpu_runs_what_the_cpu_judges_and_says_so(tmp_path):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: replays real CUDA graphs")
 class TestOnTheGPU:
-    @pytest.mark.parametrize("name", ["vllm-fa2", "vllm-fa3"])
+    @pytest.mark.parametrize("name", ["vllm-fa2", "vllm-fa3", "vllm-triton"])
     def test_safe_replays_pass_and_naive_is_reported(self, name):
         reason = registry.REGISTRY[name].unavailable_reason()
         if reason:

@@ -12,7 +12,7 @@ import sys
 
 MODES = ("eager", "graph")
 # the registry's own backends, in its order (kernels/backends/registry.py; a test keeps them equal)
-BACKENDS = ("reference", "vllm-fa2", "vllm-fa3", "flex", "flashinfer", "flashinfer-ba")
+BACKENDS = ("reference", "vllm-fa2", "vllm-fa3", "flex", "flashinfer", "flashinfer-ba", "vllm-triton")
 DEVICE = re.compile(r"auto|(cpu|cuda)(:\d+)?")
 
 

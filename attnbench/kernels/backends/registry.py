@@ -20,9 +20,10 @@ from attnbench.kernels.backends.flex import FlexBackend
 from attnbench.kernels.backends.reference import ReferenceBackend
 from attnbench.kernels.backends.vllm_fa2 import VllmFA2Backend
 from attnbench.kernels.backends.vllm_fa3 import VllmFA3Backend
+from attnbench.kernels.backends.vllm_triton import VllmTritonBackend
 
 REGISTRY: dict[str, Backend] = {b.name: b for b in (ReferenceBackend(), VllmFA2Backend(), VllmFA3Backend(), FlexBackend(),
-                                                    FlashInferBackend(), FlashInferBABackend())}
+                                                    FlashInferBackend(), FlashInferBABackend(), VllmTritonBackend())}
 EXTRA_BACKEND_ERRORS: list[str] = []  # ATTNBENCH_EXTRA_BACKENDS entries that did not load, and why
 
 
