@@ -2,7 +2,7 @@
 from timing every step.
 
     python3 benchmarks/replay_scale.py --out results/replay-scale [--steps 10000] [--exact-sample 500]
-        [--bucket-split 16] [--flags "--mode graph --budget-ms 10 --replicates 1 --bucket-ratio 3"]
+        [--bucket-split 16] [--flags "--mode graph --budget-ms 5 --replicates 1 --bucket-ratio 3"]
 
 Makes the trace with attnbench's own generator and scheduler (`attnbench trace synth`: long
 prompts chunked at 512 tokens, up to 128 running, a 2048-token budget, llama-3-8b's 32/8x128 shape,
@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10_000, help="steps of the trace (the scheduler stops there)")
     parser.add_argument("--exact-sample", type=int, default=500, help="steps also timed one by one")
     parser.add_argument("--bucket-split", type=int, default=16, help="replay's --bucket-split")
-    parser.add_argument("--flags", default="--mode graph --budget-ms 10 --replicates 1 --bucket-ratio 3",
+    parser.add_argument("--flags", default="--mode graph --budget-ms 5 --replicates 1 --bucket-ratio 3",
                         help="more replay flags, as one string")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a plain `timeout` too: passed on, reported
