@@ -9,11 +9,13 @@ from the requests themselves.
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from bad_input_cli import invoke
 from bad_results import refused
@@ -108,3 +110,18 @@ def test_replay_scale_closes_with_points_times_and_the_goal_per_choice():
     assert "| sampled steps | 4 | 30.0 |" in text
     assert "| a unified | 12.500 | -2.40 % | 0.8 % | 4 | no |" in text
     assert "| b split | incomplete | not measured |" in text
+
+
+def test_a_cpu_replay_times_each_piece_and_records_the_split(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(trace_text(one_bin_trace(130)))
+    out = tmp_path / "run"
+    result = invoke("replay", trace, "--device", "cpu", "--budget-ms", "1", "--steps", "130", "--bucket-ratio", "2",
+                    "--bucket-split", "2", "--strategy", "unified", "--out", out)
+    assert result.exit_code == 0, result.output
+    steps = pd.read_csv(out / "buckets.csv")
+    rows = pd.read_csv(out / "results.csv")
+    env = json.loads((out / "env.json").read_text())
+    assert sorted(steps.groupby("bucket").size()) == [65, 65]  # 130 steps, at most max(64, 130 / 2) a piece
+    assert set(rows["bucket"]) == {0, 1} and rows["lengths_rule"].str.contains(r"\(piece [12] of 2\)").all()
+    assert env["sweep"]["flags"]["--bucket-split"] == "2" and env["replay"]["bucket_split"] == 2
