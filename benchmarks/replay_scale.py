@@ -2,7 +2,7 @@
 from timing every step.
 
     python3 benchmarks/replay_scale.py --out results/replay-scale [--steps 10000] [--exact-sample 500]
-        [--flags "--mode graph --budget-ms 10 --replicates 1"]
+        [--bucket-split 16] [--flags "--mode graph --budget-ms 5 --replicates 1 --bucket-ratio 3"]
 
 Makes the trace with attnbench's own generator and scheduler (`attnbench trace synth`: long
 prompts chunked at 512 tokens, up to 128 running, a 2048-token budget, llama-3-8b's 32/8x128 shape,
@@ -13,8 +13,10 @@ results.csv closes the replay proper (the buckets; at most one sampled point lat
 whatever they are: the trace's steps, buckets and timed points, the wall time of the buckets (goal:
 at most 5 minutes for 4 backends x 2 strategies on an H200) and of the whole command, and per mode
 and choice the total, the oracle's saving and the bucketing error against the sample with its
-standard error (goal: within 2 %). Not a test: a benchmark that prints numbers. The replay's
-directory holds everything else.
+standard error (goal: within 2 %), as one table, also written to OUT/report.md. Interrupted
+(SIGINT: Ctrl-C, `timeout -s INT`), it passes the signal on to the replay once, which stops after
+its point and writes its outputs, and still prints and writes the table of what was measured.
+Not a test: a benchmark that prints numbers. The replay's directory holds everything else.
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ import argparse
 import csv
 import json
 import shlex
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from attnbench.results.replay import GOAL_PCT
 
 SYNTH = ["--num-requests", "6000", "--rate", "25", "--input-len", "lognormal:1500:0.6", "--output-len",
          "lognormal:200:0.5", "--max-num-seqs", "128", "--chunk-size", "512", "--max-num-batched-tokens", "2048",
@@ -54,43 +59,63 @@ def sampled_rows(results: Path, since: float) -> bool:
         return False
 
 
-def replay(*args: str, results: Path) -> tuple[float, float | None]:
-    """Run `attnbench replay` in its own process: (wall s, s until the first sampled step's rows appeared)."""
+def replay(*args: str, results: Path) -> tuple[float, float | None, bool]:
+    """Run `attnbench replay` in a process group of its own: (wall s, s until the first sampled
+    step's rows appeared, whether it was interrupted). A SIGINT here (`timeout -s INT`, Ctrl-C) is
+    passed on to it once, so it stops after its point and writes its outputs, which are reported."""
     start, since = time.perf_counter(), time.time()
-    process = subprocess.Popen([sys.executable, "-m", "attnbench", "replay", *args])
-    buckets_s = None
+    process = subprocess.Popen([sys.executable, "-m", "attnbench", "replay", *args], start_new_session=True)
+    buckets_s, stopped = None, False
     while process.poll() is None:
-        time.sleep(1.0)
+        try:
+            time.sleep(1.0)
+        except KeyboardInterrupt:
+            process.send_signal(signal.SIGINT)
+            stopped = True
         if buckets_s is None and sampled_rows(results, since):
             buckets_s = time.perf_counter() - start
-    if process.returncode != 0:
+    if process.returncode != 0 and not stopped:
         sys.exit(f"attnbench replay failed with exit {process.returncode}")
-    return time.perf_counter() - start, buckets_s
+    return time.perf_counter() - start, buckets_s, stopped
 
 
-def report(env: dict, wall_s: float, buckets_s: float | None, points: int) -> None:
+def points_of(results: Path) -> dict[str, int]:
+    """Distinct steps timed per part (bucket representatives, sampled steps) in results.csv."""
+    try:
+        with open(results, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError:
+        return {"bucket": 0, "sample": 0}
+    return {part: len({row["step"] for row in rows if row["part"] == part}) for part in ("bucket", "sample")}
+
+
+def report(env: dict, wall_s: float, buckets_s: float | None, points: dict[str, int], stopped: bool) -> list[str]:
+    """The closing table: where the time went, and per mode each choice's total and bucketing error."""
     replay = env["replay"]
-    print(f"\ntrace: {replay['steps']} steps {replay['kinds']}, {replay['buckets']} buckets "
-          f"(--bucket-ratio {replay['bucket_ratio']}) timed on {points} representative steps, "
-          f"{replay['exact_sample']} steps timed one by one")
-    said = f"{buckets_s:.1f} s" if buckets_s is not None else "not seen (no sampled step, or all in one poll)"
-    print(f"replay wall time, the buckets: {said} (goal: <= 300 s on an H200 for 4 backends x 2 strategies); "
-          f"with the sampled steps: {wall_s:.1f} s")
-    for mode, numbers in replay["results"].items():
-        print(f"\n[{mode}]  choice: total ms per layer over the trace | bucketing error on the sample")
-        errors = numbers["exact_sample"]
+    goal = GOAL_PCT
+    lines = [f"trace: {replay['steps']} steps {replay['kinds']}, {replay['buckets']} buckets (--bucket-ratio "
+             f"{replay['bucket_ratio']}, --bucket-split {replay.get('bucket_split', 'not recorded')}); "
+             f"{replay['exact_sample']} steps asked for one by one" + ("; INTERRUPTED (SIGINT)" if stopped else "")]
+    sample_s = None if buckets_s is None else wall_s - buckets_s
+    lines += ["", "| part | points | wall s |", "|---|---|---|",
+              f"| buckets (goal: <= 300 s for 4 backends x 2 strategies) | {points['bucket']} | "
+              f"{'not seen' if buckets_s is None else f'{buckets_s:.1f}'} |",
+              f"| sampled steps | {points['sample']} | {'not seen' if sample_s is None else f'{sample_s:.1f}'} |",
+              f"| the whole replay command | {points['bucket'] + points['sample']} | {wall_s:.1f} |"]
+    for mode, numbers in replay.get("results", {}).items():
+        lines += ["", f"[{mode}]", "", f"| choice | total ms per layer | bucketing error | SE | steps | "
+                  f"within {goal:g} % |", "|---|---|---|---|---|---|"]
         for choice, total in numbers["totals_ms"].items():
-            error = errors.get(choice)
-            said = f"{error['error_pct']:+.2f} % (standard error {error['stderr_pct']} %) over {error['steps']} " \
-                   "steps" if error else "not measured"
-            print(f"  {choice:32s} {'incomplete' if total is None else f'{total:10.3f}'} | {said}")
+            error = numbers["exact_sample"].get(choice)
+            said = "| not measured | | | " if not error else \
+                f"| {error['error_pct']:+.2f} % | {error['stderr_pct']} % | {error['steps']} | " \
+                f"{'yes' if abs(error['error_pct']) <= goal else 'no'} "
+            lines.append(f"| {choice} | {'incomplete' if total is None else f'{total:.3f}'} {said}|")
         oracle = numbers["oracle"]
         if oracle:
-            print(f"  per-step oracle {oracle['total_ms']:.3f} ms, {oracle['saving_pct']:.2f} % below the best single "
-                  f"choice ({oracle['best_single']}); per-bucket oracle {oracle.get('bucket_saving_pct')} % below it")
-        worst = max((abs(e["error_pct"]) for e in errors.values()), default=None)
-        if worst is not None:
-            print(f"  largest |bucketing error|: {worst:.2f} % (goal: <= 2 %)")
+            lines += ["", f"per-step oracle {oracle['total_ms']:.3f} ms, {oracle['saving_pct']:.2f} % below the best "
+                      f"single choice ({oracle['best_single']})"]
+    return lines
 
 
 def main() -> None:
@@ -98,19 +123,26 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="a new directory: the trace and the replay's run")
     parser.add_argument("--steps", type=int, default=10_000, help="steps of the trace (the scheduler stops there)")
     parser.add_argument("--exact-sample", type=int, default=500, help="steps also timed one by one")
-    parser.add_argument("--flags", default="--mode graph --budget-ms 10 --replicates 1",
+    parser.add_argument("--bucket-split", type=int, default=16, help="replay's --bucket-split")
+    parser.add_argument("--flags", default="--mode graph --budget-ms 5 --replicates 1 --bucket-ratio 3",
                         help="more replay flags, as one string")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a plain `timeout` too: passed on, reported
     args.out.mkdir(parents=True, exist_ok=True)
     trace = args.out / "trace.jsonl"
     made_s = attnbench("trace", "synth", *SYNTH, "--max-steps", str(args.steps), "--out", str(trace), "--force")
     print(f"trace made in {made_s:.1f} s: {trace}")
     run = args.out / "replay"
-    wall_s, buckets_s = replay(str(trace), "--exact-sample", str(args.exact_sample), *shlex.split(args.flags),
-                               "--out", str(run), "--force", results=run / "results.csv")
-    with open(run / "results.csv", newline="") as f:
-        points = len({row["step"] for row in csv.DictReader(f) if row["part"] == "bucket"})
-    report(json.loads((run / "env.json").read_text()), wall_s, buckets_s, points)
+    wall_s, buckets_s, stopped = replay(str(trace), "--exact-sample", str(args.exact_sample), "--bucket-split",
+                                        str(args.bucket_split), *shlex.split(args.flags), "--out", str(run),
+                                        "--force", results=run / "results.csv")
+    try:
+        env = json.loads((run / "env.json").read_text())
+    except (OSError, ValueError) as exc:
+        sys.exit(f"no report: {run}/env.json unreadable ({exc})")
+    lines = report(env, wall_s, buckets_s, points_of(run / "results.csv"), stopped)
+    (args.out / "report.md").write_text("\n".join(lines) + "\n")
+    print("\n" + "\n".join(lines) + f"\n\n(also in {args.out / 'report.md'})")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ def rows_of(trace: Trace, buckets, timers) -> pd.DataFrame:
 
 def estimates(trace: Trace, ratio: float, timers) -> tuple[float, float, float]:
     """(exact per-step oracle, the per-step estimate on representatives, the per-bucket oracle), ms."""
-    buckets = bucket_steps(trace, ratio)
+    buckets = bucket_steps(trace, ratio, split=1)  # whole bins: what these oracle bounds were stated on
     found = oracle(rows_of(trace, buckets, timers), steps_table(trace, buckets), "graph")
     exact = sum(min(timer(s) for timer in timers.values()) for s in trace.steps)
     return exact, found.total_ms, found.bucket_ms

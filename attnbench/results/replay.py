@@ -27,6 +27,7 @@ from attnbench.results.replicates import parse_times
 from attnbench.traces.buckets import bin_of, bin_range
 
 STEP_COLUMNS = ("step", "kind", "decode_rows", "query_tokens", "kv_tokens", "bucket")
+GOAL_PCT = 2.0  # the bucketing error a replay aims at, against the steps timed one by one (docs/guides/replay.md)
 
 
 def choice_of(rows: pd.DataFrame) -> pd.Series:
@@ -226,6 +227,10 @@ class SampleError:
     error_pct: float
     stderr_pct: float
 
+    @property
+    def within_goal(self) -> bool:  # on this sample; stderr_pct says how sure that is
+        return abs(self.error_pct) <= GOAL_PCT
+
 
 def sample_errors(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[SampleError]:
     times = bucket_times(rows, steps, mode)
@@ -272,7 +277,8 @@ def summary_record(rows: pd.DataFrame, steps: pd.DataFrame) -> dict:
                                                  "bucket_saving_pct": round(best.bucket_saving * 100, 3)},
             "exact_sample": {e.choice: {"steps": e.steps, "timed_ms": round(e.timed_ms, 6),
                                         "estimate_ms": round(e.estimate_ms, 6), "error_pct": round(e.error_pct, 3),
-                                        "stderr_pct": None if math.isnan(e.stderr_pct) else round(e.stderr_pct, 3)}
+                                        "stderr_pct": None if math.isnan(e.stderr_pct) else round(e.stderr_pct, 3),
+                                        "within_goal": e.within_goal}
                              for e in sample_errors(rows, steps, mode)},
         }
     return record

@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 from attnbench.results.figures import CPU_MARK, is_cpu, where_it_ran
-from attnbench.results.replay import modes_of, oracle, replicate_ranges, sample_errors, totals, wins
+from attnbench.results.replay import GOAL_PCT, modes_of, oracle, replicate_ranges, sample_errors, totals, wins
 from attnbench.results.tables import md_lines
 
 
@@ -73,9 +73,14 @@ def sample_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[s
         return ["Bucketing error: not measured (no --exact-sample step passed; `--exact-sample N` times N steps "
                 "one by one and compares them with their buckets).", ""]
     lines = [[e.choice, e.steps, _ms(e.timed_ms), _ms(e.estimate_ms), f"{e.error_pct:+.2f} %",
-              "—" if math.isnan(e.stderr_pct) else f"{e.stderr_pct:.2f} %"] for e in errors]
+              "—" if math.isnan(e.stderr_pct) else f"{e.stderr_pct:.2f} %", "yes" if e.within_goal else "no"]
+             for e in errors]
+    missed = [e.choice for e in errors if not e.within_goal]
+    goal = f"The goal, |error| within {GOAL_PCT:g} % on the sample: " + \
+        ("met by every choice." if not missed else f"not met by {', '.join(missed)}.")
     return ["### Bucketing error (sampled steps timed one by one)", "",
-            *md_lines(["choice", "steps", "timed ms", "bucketed estimate ms", "error", "standard error"], lines), "",
+            *md_lines(["choice", "steps", "timed ms", "bucketed estimate ms", "error", "standard error",
+                       f"within {GOAL_PCT:g} %"], lines), "", goal, "",
             "Each sampled step is estimated by its bucket's mean: the standard error is how far the error moves "
             "with which steps were drawn, even when the buckets sum the whole trace exactly.", ""]
 

@@ -66,7 +66,7 @@ def replay_steps(runs: list[Path], merged: Merged):
     for path, table in zip(runs[1:], tables[1:]):
         if not table.equals(tables[0]):
             raise AttnbenchError(f"{path}'s buckets.csv differs from {runs[0]}'s: merge joins the shards of one "
-                                 "replay (one trace, one --bucket-ratio and --steps)")
+                                 "replay (one trace, one --bucket-ratio, --bucket-split and --steps)")
     return tables[0]
 
 

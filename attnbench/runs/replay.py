@@ -36,7 +36,7 @@ from attnbench.runs.kernel import ContextDied, point_key, points_of_shard, resum
 from attnbench.runs.resume import flag_text, sweep_record
 from attnbench.runs.rundir import RunDir
 from attnbench.workers.shards import parse_shard
-from attnbench.traces.buckets import DEFAULT_RATIO, bucket_steps, sample_steps, sizes, step_buckets
+from attnbench.traces.buckets import DEFAULT_RATIO, DEFAULT_SPLIT, bucket_steps, sample_steps, sizes, step_buckets
 from attnbench.traces.jsonl import read_trace
 from attnbench.traces.steps import Shape, Trace
 
@@ -58,6 +58,7 @@ class ReplayArgs:
     backend: list[str] | None = None
     mode: list[str] | None = None
     bucket_ratio: float | None = None  # None: DEFAULT_RATIO, or CPU_DEFAULTS' on the CPU
+    bucket_split: int = DEFAULT_SPLIT
     steps: int | None = None  # None: every step (CPU_DEFAULTS' on the CPU)
     exact_sample: int = 0
     budget_ms: float | None = None
@@ -126,7 +127,7 @@ def replay_shape(args: ReplayArgs, header: Shape) -> Shape:
 
 def replay_points(trace: Trace, shape: Shape, args: ReplayArgs) -> tuple[list[GivenPoint], list[Unit], list]:
     """(points, what each stands for, buckets): every bucket's representatives, then each sampled step."""
-    buckets = bucket_steps(trace, args.bucket_ratio)
+    buckets = bucket_steps(trace, args.bucket_ratio, args.bucket_split)
     of = step_buckets(buckets, len(trace.steps))
     units = [Unit("bucket", b.index, step, weight) for b in buckets for step, weight in zip(b.representatives, b.weights)]
     units += [Unit("sample", of[s], s, 1) for s in sample_steps(len(trace.steps), args.exact_sample, args.seed)]
@@ -173,7 +174,7 @@ def replay_env(command: list[str], args: ReplayArgs, plan: SweepPlan, trace: Tra
     env["replay"] = {"trace": str(args.trace), "sha256": digest, "source": trace.header.source,
                      "synthesized": trace.header.synthesized, "steps": len(trace.steps),
                      "kinds": dict(trace.kinds()), "buckets": len(buckets), "bucket_ratio": args.bucket_ratio,
-                     "rule": RULE, "exact_sample": args.exact_sample, "seed": args.seed,
+                     "bucket_split": args.bucket_split, "rule": RULE, "exact_sample": args.exact_sample, "seed": args.seed,
                      "shape": shape.as_dict()}
     if args.shard:  # as a kernel sweep's shard records it (attnbench merge reads it)
         index, count = parse_shard(args.shard)
@@ -182,6 +183,7 @@ def replay_env(command: list[str], args: ReplayArgs, plan: SweepPlan, trace: Tra
 
 
 RULE = ("kind, and log-spaced bins (--bucket-ratio) of decode rows, query tokens and total kv tokens; "
+        "a bucket of more than 1/--bucket-split of the steps cut into near-equal pieces along its most spread size; "
         "each bucket timed on a few of its steps, weighed so that they add up to its step count and to its sums of "
         "decode rows, query tokens, kv tokens and attended pairs")
 

@@ -13,6 +13,15 @@ within the bucket is then summed exactly (sum over steps of a + b.x = sum over r
 w (a + b.x)); one median step, as before, was biased low when the sizes are skewed within a bin
 (median below mean). How far the estimate is from timing each step is measured, not assumed:
 `sample_steps` draws the steps a replay also times one by one (results/replay.py compares the two).
+
+Why large buckets are split (`split`): a kernel's time is affine in those sizes only roughly; each
+step also has a residual of its own (how its requests' lengths fall into the kernel's tiles and
+splits: a few % per step). Five representatives standing for thousands of steps carry their five
+residuals into the total at full weight, so a bucket holding half a trace was off by several %
+(docs/measurements/h200.md, the replay section's re-analysis). A bucket of more than 1/`split` of
+the trace's steps (and more than MIN_PIECE) is cut into near-equal pieces along its most spread
+work size, again and again (a k-d split), and each piece gets its own representatives: the points
+go where the steps are, and the pieces stay compact in every size.
 """
 
 from __future__ import annotations
@@ -30,6 +39,9 @@ from attnbench.traces.steps import Trace, TraceStep
 
 DEFAULT_RATIO = 2.0
 MAX_RATIO = 1024.0
+DEFAULT_SPLIT = 16  # no bucket holds more than 1/16 of the trace's steps (unless it is at most MIN_PIECE)
+MAX_SPLIT = 4096
+MIN_PIECE = 64  # a piece this small gains little from being cut again, and a short trace stays whole
 SIZES = ("decode rows", "query tokens", "kv tokens")  # what the bins are of, in a bucket's key
 WORK = (*SIZES, "attended pairs")  # what a bucket's representatives reproduce the sums of
 
@@ -52,6 +64,13 @@ def check_ratio(ratio: float) -> float:
         raise UsageError(f"--bucket-ratio: must be a number above 1 and at most {MAX_RATIO:g} (each bin spans "
                          f"sizes within this factor), got {ratio}")
     return float(ratio)
+
+
+def check_split(split: int) -> int:
+    if isinstance(split, bool) or not isinstance(split, int) or not 1 <= split <= MAX_SPLIT:
+        raise UsageError(f"--bucket-split: must be a whole number from 1 (no split) to {MAX_SPLIT} (no bucket holds "
+                         f"more than this fraction of the steps), got {split}")
+    return split
 
 
 def bin_of(value: int, ratio: float) -> int:
@@ -84,6 +103,7 @@ class StepBucket:
     steps: tuple[int, ...]
     representatives: tuple[int, ...]
     weights: tuple[float, ...]
+    piece: tuple[int, int] = (1, 1)  # (i, of n): the i-th of the n pieces its bins' steps were split into
 
     def describe(self, ratio: float) -> str:
         ranges = []
@@ -91,7 +111,8 @@ class StepBucket:
             low, high = bin_range(b, ratio)
             ranges.append(f"{name} {low}" if low == high else f"{name} {low}-{high}")
         timed = ", ".join(f"{s} (x{w:.4g})" for s, w in zip(self.representatives, self.weights))
-        return f"bucket {self.index}: {self.kind}, {', '.join(ranges)}; {len(self.steps)} step(s), timed on " \
+        piece = f" (piece {self.piece[0]} of {self.piece[1]})" if self.piece[1] > 1 else ""
+        return f"bucket {self.index}: {self.kind}, {', '.join(ranges)}{piece}; {len(self.steps)} step(s), timed on " \
                f"step(s) {timed}"
 
 
@@ -125,18 +146,40 @@ def weigh(sizes_of: np.ndarray) -> tuple[list[int], list[float]]:
     return kept, [float(w) for w in weights[kept] * count / weights[kept].sum()]
 
 
-def bucket_steps(trace: Trace, ratio: float = DEFAULT_RATIO) -> list[StepBucket]:
-    """Every step in one bucket, with its representatives; buckets numbered in the order their first step comes."""
-    ratio = check_ratio(ratio)
+def split_steps(members: list[int], measured: np.ndarray, pieces: int) -> list[list[int]]:
+    """`members` cut into `pieces` near-equal parts: sorted along the work size of largest relative
+    spread (ties by step), cut at the share of the first half of the pieces, each half cut again."""
+    if pieces <= 1:
+        return [members]
+    values = measured[members]
+    mean = values.mean(axis=0)
+    spread = values.std(axis=0) / np.where(mean > 0, mean, 1.0)
+    along = values[:, int(np.argmax(spread))]
+    ordered = [members[i] for i in np.lexsort((np.array(members), along))]
+    first = pieces // 2
+    cut = round(len(members) * first / pieces)
+    return split_steps(ordered[:cut], measured, first) + split_steps(ordered[cut:], measured, pieces - first)
+
+
+def bucket_steps(trace: Trace, ratio: float = DEFAULT_RATIO, split: int = DEFAULT_SPLIT) -> list[StepBucket]:
+    """Every step in one bucket, with its representatives; a bucket of more than 1/`split` of the
+    steps (and more than MIN_PIECE) cut into pieces; buckets numbered in the order their first step comes."""
+    ratio, split = check_ratio(ratio), check_split(split)
     groups: dict[tuple, list[int]] = {}
     measured = [work(step) for step in trace.steps]
     for i, step in enumerate(trace.steps):
         groups.setdefault((step.kind, *(bin_of(v, ratio) for v in measured[i][:3])), []).append(i)
+    limit = max(MIN_PIECE, math.ceil(len(trace.steps) / split))
+    table = np.array(measured, dtype=float).reshape(len(measured), len(WORK))
+    pieces = []
+    for key, members in groups.items():
+        parts = split_steps(members, table, math.ceil(len(members) / limit))
+        pieces += [(key, sorted(part), (i + 1, len(parts))) for i, part in enumerate(parts)]
     buckets = []
-    for index, (key, members) in enumerate(groups.items()):
-        kept, weights = weigh(np.array([measured[i] for i in members], dtype=float))
+    for index, (key, members, piece) in enumerate(sorted(pieces, key=lambda p: p[1][0])):
+        kept, weights = weigh(table[members])
         buckets.append(StepBucket(index, key[0], key[1:], tuple(members), tuple(members[k] for k in kept),
-                                  tuple(weights)))  # kept ascends, so the representatives stay in trace order
+                                  tuple(weights), piece))  # kept ascends, so the representatives stay in trace order
     return buckets
 
 
