@@ -89,7 +89,7 @@ def ab_plan(sweeps: list[KernelArgs]) -> SweepPlan:
         if args.replicates not in (None, 1):
             raise UsageError("--replicates: not with ab; each round is a replicate of both sides, and "
                              "--max-rounds bounds them")
-    plans = [plan_kernel(args) for args in sweeps]
+    plans = [plan_kernel(args, adaptive=False) for args in sweeps]
     first = plans[0]
     for plan in plans[1:]:
         if worker_spec(plan) != worker_spec(first):
