@@ -119,5 +119,20 @@ def test_cpu_default_is_one_replicate_and_a_gpu_default_stops_when_enough():
     assert plan().replicates == 1 and plan().rule is None
     args = KernelArgs(heads=[2], dim=[16], tokens=[4], context="16", kind=["decode"], backend=["reference"])
     gpu = plan_sweep(args, machine=False, adaptive=True)
-    assert gpu.rule == ReplicateRule(2, 4, 0.05) and gpu.replicates == 4 and gpu.timing.budget_ms == 100.0
+    assert gpu.rule == ReplicateRule(2, 4, 0.05) and gpu.replicates == 4 and gpu.timing.budget_ms == 50.0
     assert plan_sweep(args, machine=False).rule is None  # atlas and replay keep 3
+
+
+def test_the_notes_count_converged_and_budget_rows_and_name_the_threshold():
+    import pandas as pd
+
+    from attnbench.results.notes import run_notes
+
+    rows = pd.DataFrame({"verdict": ["pass", "pass", "pass", "skipped"], "replicates": [2, 2, 4, None],
+                         "replicate_medians_ms": ["1 1", "1 1.001", "1 2 1 2", None],
+                         "stopped": ["converged", "converged", "budget", None],
+                         "stop_threshold": [0.03, 0.03, 0.03, None], "device": ["cuda:0"] * 4})
+    line = next(n for n in run_notes(rows) if n.startswith("replicates stopped when enough"))
+    assert "(2-4 per row): 2 of 3 timed rows converged" in line and "1 stopped at the budget" in line
+    assert "--threshold 3.0%" in line
+    assert not any("stopped when enough" in n for n in run_notes(rows.drop(columns=["stopped"])))

@@ -41,7 +41,7 @@ def kernel(
     prefill_len: Annotated[int, typer.Option(help="prefill/prefix: max query tokens per sequence. Example: --prefill-len 512")] = 512,
     causal: Annotated[bool, typer.Option(help="Causal mask (bottom-right aligned). Example: --no-causal")] = True,
     cold_l2: Annotated[bool, typer.Option(help="Flush L2 before every sample. Example: --cold-l2")] = False,
-    budget_ms: Annotated[Optional[float], typer.Option(help="Sampling time budget per row and replicate, ms (default on a GPU 100 when replicates stop when enough, 1000 with --replicates N; 200 on the CPU). Example: --budget-ms 500")] = None,
+    budget_ms: Annotated[Optional[float], typer.Option(help="Sampling time budget per row and replicate, ms (default on a GPU 50 when replicates stop when enough, 1000 with --replicates N; 200 on the CPU). Example: --budget-ms 500")] = None,
     replicates: Annotated[Optional[int], typer.Option(help="Measure every row exactly this many times, each on freshly allocated inputs with a new plan and new graphs, interleaved; median_ms is the median of replicate medians and compare's interval comes from them, so it includes between-run noise (default on a GPU: replicates stop when enough, see --threshold; 1 on the CPU). Example: --replicates 3")] = None,
     min_replicates: Annotated[Optional[int], typer.Option(help="Replicates stop when enough: each row takes at least this many (at least 2; default 2 on a GPU). Example: --min-replicates 3")] = None,
     max_replicates: Annotated[Optional[int], typer.Option(help="Replicates stop when enough: each row takes at most this many; a row that reaches it without resolving --threshold records stopped=budget (default 4 on a GPU). Example: --max-replicates 6")] = None,

@@ -37,7 +37,7 @@ CONVERGED, BUDGET = "converged", "budget"  # a row's `stopped`
 DEFAULT_REPLICATES = {"cuda": 3, "cpu": 1}
 MAX_REPLICATES = 100
 ADAPTIVE = {"min_replicates": 2, "max_replicates": 4, "threshold": "5%"}  # compare's default --threshold
-ADAPTIVE_BUDGET_MS = 100.0  # sampling per row and replicate when replicates stop adaptively on a GPU
+ADAPTIVE_BUDGET_MS = 50.0  # sampling per row and replicate when replicates stop adaptively on a GPU
 
 
 def parse_threshold(text: str) -> float:

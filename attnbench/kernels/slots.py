@@ -64,13 +64,13 @@ class Slot:
         return row
 
 
-def finished(backends: list, slots: dict, these: list | None = None, every: bool = False) -> list[Slot]:
-    """The slots of each of `these` backends (default: all `backends`) none of whose rows is open
-    (every=True: of each), in output order; such a backend is taken out of `backends`."""
+def finished(backends: list, slots: dict, these: list) -> list[Slot]:
+    """The slots of each of `these` backends none of whose rows is open, in output order; such a
+    backend is taken out of `backends` (those still measured)."""
     done = []
-    for backend in list(backends if these is None else these):
+    for backend in these:
         mine = [slot for (name, _, _), slot in slots.items() if name == backend.name]
-        if every or not any(slot.open for slot in mine):
+        if not any(slot.open for slot in mine):
             backends.remove(backend)
             done += mine
     return done

@@ -1,9 +1,8 @@
 """Running a kernel sweep: for each point, every backend x strategy x mode, checked then timed.
 
-The loop measures and nothing else: each finished (point, backend, strategy, mode) becomes one
-plain dict row handed to `on_row`, and `on_point_done` marks a point complete, so a run stopped
-midway keeps every point it finished; a failure in one row becomes an error row while the sweep
-goes on.
+The loop measures and nothing else: each finished (point, backend, strategy, mode) is one dict row
+handed to `on_row`, `on_point_done` marks a point complete (a run stopped midway keeps every point
+it finished), and a failure in one row becomes an error row while the sweep goes on.
 
 Replicates: a point is measured in rounds. Each allocates the inputs afresh (while the last round's
 are still held, when there is room, so they land elsewhere in device memory), re-plans every strategy
@@ -13,9 +12,8 @@ holds what differs between runs (placement, plan, graph, GPU state), which one t
 cannot show. A backend x mode closes after `SweepPlan.replicates` rounds, or with a `rule` once its
 rows have replicates enough (kernels/slots.py). A row fails if any replicate's output check does.
 
-Where a batch has both a prefill and a decode part, split's two launches are then timed alone,
-after the rows' own timing in their last replicate (kernels/parts.py): the part columns of the
-split and fused rows.
+Where a batch has both a prefill and a decode part, split's two launches are then timed alone, after
+the rows' own timing in their last replicate (kernels/parts.py): the split and fused rows' parts.
 """
 
 from __future__ import annotations
@@ -133,11 +131,8 @@ class PointRunner:
                         list(inputs.batch.kv_lens), inputs.block_table, self.point.causal, self.point.softmax_scale)
                 for backend in list(backends):
                     self._replicate(backend, inputs, reference, slots)
-                    yield from self._results(finished(backends, slots, [backend]))
-            yield from self._results(finished(backends, slots, every=True))
-
-    def _results(self, done: list[Slot]) -> Iterable[dict]:
-        return (slot.result(self.point, self.batch, self.gpu_name) for slot in done)
+                    done = finished(backends, slots, [backend])
+                    yield from (slot.result(self.point, self.batch, self.gpu_name) for slot in done)
 
     def _slots(self, backends: list[Backend]) -> dict[tuple[str, str, str], Slot]:
         """Every row of the point in output order, skip rows decided up front."""
