@@ -88,11 +88,6 @@ class ReplicateRule:
         """`converged` or `budget`, for a row that measures no more."""
         return CONVERGED if len(medians) >= self.min_replicates and self.converged(medians) else BUDGET
 
-    def describe(self) -> str:
-        return (f"{self.min_replicates}-{self.max_replicates} replicates per row, stopping once compare's "
-                f"{CONFIDENCE:.0%} interval for an A/A pair is within ±{self.threshold / 2:.1%} "
-                f"(resolves --threshold {self.threshold:.1%})")
-
 
 def check_count(value, flag: str, least: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_REPLICATES:

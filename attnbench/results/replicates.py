@@ -22,9 +22,9 @@ import math
 import statistics
 from typing import Sequence
 
+from attnbench.kernels.replicate_rule import CONFIDENCE  # one confidence: compare's and the stopping rule's
 from attnbench.kernels.student_t import t_quantile
 
-CONFIDENCE = 0.95
 MIN_REPLICATES = 2  # a spread needs two values; fewer falls back to within-run samples
 
 
