@@ -136,3 +136,19 @@ def test_the_notes_count_converged_and_budget_rows_and_name_the_threshold():
     assert "(2-4 per row): 2 of 3 timed rows converged" in line and "1 stopped at the budget" in line
     assert "--threshold 3.0%" in line
     assert not any("stopped when enough" in n for n in run_notes(rows.drop(columns=["stopped"])))
+
+
+def test_the_kernel_command_writes_why_rows_stopped(tmp_path):
+    import pandas as pd
+
+    from tests.bad_input_cli import KERNEL, invoke
+
+    result = invoke(*KERNEL, "--out", tmp_path / "run", "--min-replicates", "2", "--max-replicates", "2",
+                    "--threshold", "3%")
+    assert result.exit_code == 0, result.output
+    rows = pd.read_csv(tmp_path / "run" / "results.csv")
+    assert set(rows["replicates"]) == {2} and set(rows["stopped"]) <= {"converged", "budget"}
+    assert (rows["ratio_half_width"] >= 0).all() and set(rows["stop_threshold"]) == {0.03}
+    summary = (tmp_path / "run" / "summary.md").read_text()
+    assert "replicates stopped when enough (2 per row)" in summary and "--threshold 3.0%" in summary
+    assert "--threshold 3.0%" in result.stdout.replace("\n", " ")
