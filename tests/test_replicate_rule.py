@@ -119,7 +119,7 @@ def test_cpu_default_is_one_replicate_and_a_gpu_default_stops_when_enough():
     assert plan().replicates == 1 and plan().rule is None
     args = KernelArgs(heads=[2], dim=[16], tokens=[4], context="16", kind=["decode"], backend=["reference"])
     gpu = plan_sweep(args, machine=False, adaptive=True)
-    assert gpu.rule == ReplicateRule(2, 4, 0.05) and gpu.replicates == 4 and gpu.timing.budget_ms == 50.0
+    assert gpu.rule == ReplicateRule(2, 3, 0.05) and gpu.replicates == 3 and gpu.timing.budget_ms == 50.0
     assert plan_sweep(args, machine=False).rule is None  # atlas and replay keep 3
 
 
