@@ -33,9 +33,8 @@ CONVERGED, BUDGET = "converged", "budget"  # a row's `stopped`
 # threshold, with a shorter sampling budget per replicate (the spread between replicates, not within
 # one, bounds the interval): chosen for the README's command to take about a minute on an H200 (the
 # goal of issue 23), where every replicate re-plans and re-captures each row. atlas and replay take
-# 3. The CPU run is a pipeline demo (the reference
-# backend, not a kernel comparison): one replicate keeps the README's CPU run near 20 s
-# (docs/measurements/cpu.md).
+# 3. The CPU run is a pipeline demo (the reference backend, not a kernel comparison): one replicate
+# keeps the README's CPU run near 20 s (docs/measurements/cpu.md).
 DEFAULT_REPLICATES = {"cuda": 3, "cpu": 1}
 MAX_REPLICATES = 100
 ADAPTIVE = {"min_replicates": 2, "max_replicates": 3, "threshold": "5%"}  # compare's default --threshold
