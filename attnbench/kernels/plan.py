@@ -30,13 +30,7 @@ from attnbench.errors import AttnbenchError, UsageError, check_choices, check_un
 from attnbench.kernels.backends.registry import EXTRA_BACKEND_ERRORS, REGISTRY, get_backend, resolve_backends
 from attnbench.kernels.inputs import HEADROOM, device_bytes, free_bytes, host_bytes
 from attnbench.kernels.notices import notices
-from attnbench.kernels.replicate_rule import (
-    ADAPTIVE_BUDGET_MS,
-    DEFAULT_REPLICATES,
-    ReplicateRule,
-    check_count,
-    rule_for,
-)
+from attnbench.kernels.replicate_rule import ADAPTIVE_BUDGET_MS, DEFAULT_REPLICATES, ReplicateRule, check_count, rule_for
 from attnbench.kernels.sweep import SweepPlan
 from attnbench.kernels.choices import MODES
 from attnbench.kernels.timing import TimingConfig
