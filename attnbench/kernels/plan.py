@@ -30,6 +30,7 @@ from attnbench.errors import AttnbenchError, UsageError, check_choices, check_un
 from attnbench.kernels.backends.registry import EXTRA_BACKEND_ERRORS, REGISTRY, get_backend, resolve_backends
 from attnbench.kernels.inputs import HEADROOM, device_bytes, free_bytes, host_bytes
 from attnbench.kernels.notices import notices
+from attnbench.kernels.replicate_rule import ADAPTIVE_BUDGET_MS, DEFAULT_REPLICATES, ReplicateRule, check_count, rule_for
 from attnbench.kernels.sweep import SweepPlan
 from attnbench.kernels.choices import MODES
 from attnbench.kernels.timing import TimingConfig
@@ -40,12 +41,6 @@ from attnbench.kernels.workload import DEFAULT_STRATEGIES, KINDS, STRATEGIES, Sw
 GPU_DEFAULTS = {"tokens": [100, 500, 1000], "context": "1024"}
 CPU_DEFAULTS = {"tokens": [10, 50, 100], "context": "256"}
 MAX_BUDGET_MS = 3_600_000.0  # an hour of sampling per row
-# Replicates per row (fresh inputs, plan and graph each; kernels/sweep.py). A GPU needs 3 for
-# compare to see between-run noise. The CPU run is a pipeline demo (the reference backend, not a
-# kernel comparison): one replicate keeps the README's CPU run near 20 s (docs/measurements/cpu.md);
-# --replicates 3 triples it.
-DEFAULT_REPLICATES = {"cuda": 3, "cpu": 1}
-MAX_REPLICATES = 100
 GiB = 2**30
 
 
@@ -83,7 +78,10 @@ class KernelArgs:
     resume: Path | None = None  # --resume DIR: measure only the points DIR lacks
     isolate: bool = False  # --isolate: each point in a worker process with a watchdog
     point_timeout: float | None = None  # --point-timeout S (default: 600 on a GPU, 120 on the CPU)
-    replicates: int | None = None  # --replicates N (default: DEFAULT_REPLICATES for the device)
+    replicates: int | None = None  # --replicates N: exactly N (default: DEFAULT_REPLICATES, or ADAPTIVE)
+    min_replicates: int | None = None  # --min-replicates: replicates stop when enough (replicate_rule.py)
+    max_replicates: int | None = None
+    threshold: str | None = None  # --threshold: what the stopping rule resolves, as compare's flag
     shard: str | None = None  # --shard I/N: measure shard I of N of the points (workers/shards.py)
     devices: str | None = None  # --devices all | cuda:0,cuda:1: one worker per device (workers/devices.py)
 
@@ -225,7 +223,7 @@ def build_points(args: KernelArgs) -> list[SweepPoint]:
 
 def plan_sweep(args: KernelArgs, machine: bool = True, device: torch.device | None = None,
                share: Callable[[list[SweepPoint]], list[SweepPoint]] | None = None,
-               given: list[SweepPoint] | None = None) -> SweepPlan:
+               given: list[SweepPoint] | None = None, adaptive: bool = False) -> SweepPlan:
     """Validate every value and decide everything the sweep needs; run nothing.
 
     machine=True: for this machine (its device, its backends, its free memory), with notices
@@ -239,9 +237,10 @@ def plan_sweep(args: KernelArgs, machine: bool = True, device: torch.device | No
     device = device or (resolve_device(args.device) if machine else torch.device("cuda"))
     on_cpu = device.type == "cpu"
     defaults = CPU_DEFAULTS if on_cpu else GPU_DEFAULTS
-    budget = args.budget_ms if args.budget_ms is not None else (200.0 if on_cpu else 1000.0)
+    point_timeout, replicates, rule = check_counts(args, device, adaptive)
+    budget = args.budget_ms if args.budget_ms is not None else \
+        200.0 if on_cpu else ADAPTIVE_BUDGET_MS if rule else 1000.0
     check_timing(budget, args.rel_spread)
-    point_timeout, replicates = check_counts(args, device)
     if machine and EXTRA_BACKEND_ERRORS:
         raise UsageError(EXTRA_BACKEND_ERRORS[0])
     points = list(given) if given is not None else build_points(sized(args, device))
@@ -254,7 +253,7 @@ def plan_sweep(args: KernelArgs, machine: bool = True, device: torch.device | No
             get_backend(name)  # a known name; whether it can run here is not asked
         return SweepPlan(tuple(points), tuple(args.backend or ()), tuple(args.strategy), tuple(modes),
                          TimingConfig(budget_ms=budget, rel_spread=args.rel_spread), str(device),
-                         replicates=replicates)
+                         replicates=replicates, rule=rule)
     backends = check_backends(args, points, device)
     missing = [(b, s) for b in backends for s in args.strategy if s not in REGISTRY[b].strategies]
     unfit = check_fits(points, device)
@@ -268,20 +267,24 @@ def plan_sweep(args: KernelArgs, machine: bool = True, device: torch.device | No
     said = notices(device, scaled, bool(args.backend), backends, modes, unfit, missing, named)
     return SweepPlan(tuple(points), tuple(backends), tuple(args.strategy), tuple(modes), timing, str(device),
                      notices=tuple(said), isolate=args.isolate, point_timeout_s=float(point_timeout),
-                     replicates=replicates, unfit=tuple(unfit), lacking=() if named else tuple(missing))
+                     replicates=replicates, rule=rule, unfit=tuple(unfit), lacking=() if named else tuple(missing))
 
 
-def check_counts(args: KernelArgs, device: torch.device) -> tuple[float, int]:
-    """(point timeout, replicates), the device's defaults where not given, each in range."""
+def check_counts(args: KernelArgs, device: torch.device, adaptive: bool = False
+                 ) -> tuple[float, int, ReplicateRule | None]:
+    """(point timeout, replicates (the most, with a rule), the rule that stops them when enough),
+    the device's defaults where not given, each in range; adaptive: a GPU's default is ADAPTIVE."""
     if args.point_timeout is not None and not (args.isolate or args.devices):
         raise UsageError("--point-timeout: only worker processes have a watchdog; add --isolate (or --devices)")
     point_timeout = point_timeout_s(args.point_timeout, device)
     if not (isinstance(point_timeout, (int, float)) and 0 < point_timeout <= 86400):
         raise UsageError(f"--point-timeout: must be a number of seconds above 0 and at most 86400, got {point_timeout}")
+    rule = rule_for(args, device.type, adaptive)
+    if rule is not None:
+        return point_timeout, rule.max_replicates, rule
     replicates = args.replicates if args.replicates is not None else DEFAULT_REPLICATES.get(device.type, 1)
-    if isinstance(replicates, bool) or not isinstance(replicates, int) or not 1 <= replicates <= MAX_REPLICATES:
-        raise UsageError(f"--replicates: must be a whole number from 1 to {MAX_REPLICATES}, got {replicates}")
-    return point_timeout, replicates
+    check_count(replicates, "--replicates", 1)
+    return point_timeout, replicates, None
 
 
 def check_backends(args: KernelArgs, points: list[SweepPoint], device: torch.device) -> list[str]:

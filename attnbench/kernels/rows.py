@@ -86,6 +86,9 @@ class Measurement(Sparse):
     replicates: int | None = None
     replicate_medians_ms: str | None = None  # space-separated, only when there are several
     replicate_samples: str | None = None
+    stopped: str | None = None  # converged or budget: why the row took no more replicates (replicate_rule.py)
+    ratio_half_width: float | None = None  # compare's A/A interval for the row, half its width, a share
+    stop_threshold: float | None = None  # the threshold the stopping rule resolves
 
 
 @dataclass(frozen=True)

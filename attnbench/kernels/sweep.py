@@ -1,21 +1,19 @@
 """Running a kernel sweep: for each point, every backend x strategy x mode, checked then timed.
 
-The loop measures and nothing else: each finished (point, backend, strategy, mode) becomes one
-plain dict row handed to `on_row`, and `on_point_done` marks a point complete, so a run stopped
-midway keeps every point it finished; a failure in one row becomes an error row while the sweep
-goes on.
+The loop measures and nothing else: each finished (point, backend, strategy, mode) is one dict row
+handed to `on_row`, `on_point_done` marks a point complete (a run stopped midway keeps every point
+it finished), and a failure in one row becomes an error row while the sweep goes on.
 
-Replicates (`SweepPlan.replicates`): a point is measured R times over. Each replicate allocates
-the inputs afresh (while the last replicate's are still held, when there is room, so they land
-elsewhere in device memory), re-plans every strategy and re-captures its graphs, then checks and
-times every backend x mode with the strategies interleaved; replicate r of every row runs before
-replicate r + 1 of any. So the spread of a row's replicate medians holds what differs between
-runs (placement, plan, graph, GPU state), which one timing loop's samples cannot show. Every
-replicate's output is checked; a row fails if any replicate's does.
+Replicates: a point is measured in rounds. Each allocates the inputs afresh (while the last round's
+are still held, when there is room, so they land elsewhere in device memory), re-plans every strategy
+and re-captures its graphs, then checks and times every open backend x mode, strategies interleaved;
+round r of every open row runs before round r + 1 of any. So the spread of a row's replicate medians
+holds what differs between runs (placement, plan, graph, GPU state), which one timing loop's samples
+cannot show. A backend x mode closes after `SweepPlan.replicates` rounds, or with a `rule` once its
+rows have replicates enough (kernels/slots.py). A row fails if any replicate's output check does.
 
-Where a batch has both a prefill and a decode part, split's two launches are then timed alone,
-after the rows' own timing in the last replicate (kernels/parts.py): the part columns of the
-split and fused rows.
+Where a batch has both a prefill and a decode part, split's two launches are then timed alone, after
+the rows' own timing in their last replicate (kernels/parts.py): the split and fused rows' parts.
 """
 
 from __future__ import annotations
@@ -36,7 +34,8 @@ from attnbench.kernels.inputs import HEADROOM, Inputs, input_bytes, make_inputs
 from attnbench.kernels.metadata import build_metadata, measure_host_us
 from attnbench.kernels.parts import split_parts, time_parts
 from attnbench.kernels.rows import BatchColumns, Measurement, RunColumns, cells
-from attnbench.kernels.slots import Slot
+from attnbench.kernels.replicate_rule import ReplicateRule
+from attnbench.kernels.slots import Slot, close_together, finished
 from attnbench.kernels.timing import (
     TimedKernel,
     TimingConfig,
@@ -62,7 +61,8 @@ class SweepPlan:
     notices: tuple[str, ...] = ()  # what the user should know before it runs (defaults chosen for them)
     isolate: bool = False  # run each point in a worker process (attnbench.workers.isolated)
     point_timeout_s: float = 600.0  # the worker's watchdog: longest silence before a point is a timeout
-    replicates: int = 1  # each row measured this many times, on fresh inputs, plan and graph
+    replicates: int = 1  # each row measured this many times (the most, with a rule), on fresh inputs, plan and graph
+    rule: ReplicateRule | None = None  # stop a row's replicates once they are enough (None: exactly `replicates`)
     unfit: tuple[tuple[SweepPoint, str], ...] = ()  # points left out (too big here) and why: `skipped` rows
     lacking: tuple[tuple[str, str], ...] = ()  # (backend, strategy) the backend does not have: no rows at all
 
@@ -112,12 +112,14 @@ class PointRunner:
         self.base = point_fields(point, self.batch)
 
     def rows(self) -> Iterable[dict]:
-        """The point's rows; a backend's rows come as soon as its last replicate is measured."""
+        """The point's rows; a backend's rows come as soon as none of them is open."""
         with threads_for(self.device):
             backends = [get_backend(name) for name in self.plan.backends]
             slots = self._slots(backends)
             inputs, reference = None, None
-            for r in range(self.plan.replicates):
+            for _ in range(self.plan.replicates):
+                if not backends:
+                    break
                 if inputs is not None and not self._room_for_two():
                     inputs = None  # free the last replicate's inputs first
                     if self.device.type == "cuda":
@@ -127,12 +129,10 @@ class PointRunner:
                     reference = reference_attention(
                         inputs.q, inputs.k_cache, inputs.v_cache, list(inputs.batch.query_lens),
                         list(inputs.batch.kv_lens), inputs.block_table, self.point.causal, self.point.softmax_scale)
-                last = r == self.plan.replicates - 1
-                for backend in backends:
-                    self._replicate(backend, inputs, reference, slots, last)
-                    if last:
-                        yield from (slot.result(self.point, self.batch, self.gpu_name)
-                                    for (name, _, _), slot in slots.items() if name == backend.name)
+                for backend in list(backends):
+                    self._replicate(backend, inputs, reference, slots)
+                    done = finished(backends, slots, [backend])
+                    yield from (slot.result(self.point, self.batch, self.gpu_name) for slot in done)
 
     def _slots(self, backends: list[Backend]) -> dict[tuple[str, str, str], Slot]:
         """Every row of the point in output order, skip rows decided up front."""
@@ -159,12 +159,12 @@ class PointRunner:
         return self.device.type == "cuda" and \
             torch.cuda.mem_get_info(self.device)[0] > HEADROOM * input_bytes(self.point, self.batch)
 
-    def _replicate(self, backend: Backend, inputs: Inputs, reference, slots: dict, last: bool) -> None:
-        """One replicate of one backend: plan every live strategy afresh, then check and time each mode."""
+    def _replicate(self, backend: Backend, inputs: Inputs, reference, slots: dict) -> None:
+        """One replicate of one backend: plan every open strategy afresh, then check and time each mode."""
         prepared: dict[str, Prepared] = {}
         for strategy in self.plan.strategies:
             live = [slots.get((backend.name, strategy, m)) for m in self.plan.modes]
-            live = [slot for slot in live if slot is not None and slot.final is None]
+            live = [slot for slot in live if slot is not None and slot.open]
             if not live:
                 continue
             try:
@@ -173,7 +173,7 @@ class PointRunner:
                 for slot in live:
                     slot.final = self._error(slot.row, slot.row["mode"], exc)
         for mode in self.plan.modes:
-            self._measure_mode(backend, mode, prepared, reference, slots, last)
+            self._measure_mode(backend, mode, prepared, reference, slots)
 
     def _prepare(self, backend: Backend, strategy: str, inputs: Inputs, host_costs: bool) -> Prepared:
         metadata = build_metadata(strategy, inputs.batch, inputs.block_table).to(self.device)
@@ -197,14 +197,14 @@ class PointRunner:
         est_ms = estimate_call_ms(fn, self.device)  # the first call (maybe a JIT compile) is never timed
         return Prepared(fn, out, est_ms, row, parts)
 
-    def _measure_mode(self, backend: Backend, mode: str, prepared: dict[str, Prepared], reference, slots: dict,
-                      last: bool) -> None:
+    def _measure_mode(self, backend: Backend, mode: str, prepared: dict[str, Prepared], reference,
+                      slots: dict) -> None:
         """Check each strategy, then time all of them interleaved (one run, one ratio)."""
         cfg = replace(self.plan.timing, mode=mode)
         checked: list[tuple[Slot, TimedKernel]] = []
         for strategy, prep in prepared.items():
             slot = slots[(backend.name, strategy, mode)]
-            if slot.final is not None:
+            if not slot.open:
                 continue
             slot.row.update(prep.row)
             try:
@@ -227,9 +227,10 @@ class PointRunner:
         for (slot, _), timing in zip(checked, timings):
             slot.timings.append(timing)
             slot.window = [slot.window[0] if slot.window else start, time.time()]
-        if last:
-            self._time_parts(backend, mode, prepared, slots, cfg)
-        if last and self.plan.profile_out is not None:
+        if not close_together([slot for slot, _ in checked], self.plan.rule, self.plan.replicates):
+            return
+        self._time_parts(backend, mode, prepared, slots, cfg)
+        if self.plan.profile_out is not None:
             for slot, runner in checked:
                 self._profile(runner, slot.row)
 

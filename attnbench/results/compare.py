@@ -22,6 +22,7 @@ import pandas as pd
 
 from attnbench.e2e.rows import E2E_ROW_PARTS
 from attnbench.errors import AttnbenchError, UsageError
+from attnbench.kernels.replicate_rule import parse_threshold  # noqa: F401  re-exported: compare, ab and history parse --threshold with it
 from attnbench.kernels.rows import RunColumns
 from attnbench.kernels.workload import LABEL, SweepPoint
 from attnbench.results.files import results_file
@@ -32,18 +33,6 @@ from attnbench.results.schema import read_env
 
 RESAMPLES = 1000
 MIN_SAMPLES = 5  # below this a bootstrap median takes a handful of values: use the p10..p90 spread
-
-
-def parse_threshold(text: str) -> float:
-    """'5%' or '0.05' -> 0.05."""
-    raw = str(text).strip()
-    try:
-        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
-    except ValueError:
-        raise UsageError(f"--threshold: expected a percentage such as 5% (or 0.05), got {text!r}") from None
-    if not 0 <= value < 1:  # also refuses nan
-        raise UsageError(f"--threshold: must be at least 0% and below 100% (5% or 0.05), got {text!r}")
-    return value
 
 
 def parse_samples(cell) -> np.ndarray:

@@ -41,6 +41,7 @@ def run_notes(df: pd.DataFrame) -> list[str]:
             notes.append(f"median_ms is the median of {shown} replicate medians (each replicate: fresh inputs, a "
                          f"new plan and new graphs); replicate medians of a row lie within {_pct(worst)} of each "
                          f"other at most, {_pct(_median(spreads))} typically")
+    notes += stopping_notes(timed)
     if "converged" in timed:
         unconverged = int((timed["converged"].astype(str).str.lower() == "false").sum())
         if unconverged:
@@ -50,6 +51,23 @@ def run_notes(df: pd.DataFrame) -> list[str]:
         notes.append(CPU_NOTE)
     notes += telemetry_notes(timed)
     return notes
+
+
+def stopping_notes(timed: pd.DataFrame) -> list[str]:
+    """How many rows' replicates stopped converged and how many at the budget, and the threshold that
+    compare can resolve for the converged ones (kernels/replicate_rule.py)."""
+    if "stopped" not in timed or timed["stopped"].isna().all():
+        return []
+    stopped = timed["stopped"].fillna("").astype(str)
+    converged, budget = int((stopped == "converged").sum()), int((stopped == "budget").sum())
+    thresholds = sorted(set(pd.to_numeric(timed["stop_threshold"], errors="coerce").dropna()))
+    shown = "/".join(f"{t:.1%}" for t in thresholds)
+    counts = sorted({int(n) for n in pd.to_numeric(timed["replicates"], errors="coerce").dropna()})
+    span = f"{counts[0]}-{counts[-1]}" if len(counts) > 1 else str(counts[0]) if counts else "none"
+    return [f"replicates stopped when enough ({span} per row): {converged} of "
+            f"{len(timed)} timed rows converged (compare's interval for an A/A pair within ±half of {shown}, so "
+            f"`attnbench compare --threshold {shown}` resolves them), {budget} stopped at the budget (compare may "
+            "call them noisy at that threshold)"]
 
 
 def telemetry_notes(timed: pd.DataFrame) -> list[str]:

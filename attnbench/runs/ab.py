@@ -86,10 +86,10 @@ def ab_plan(sweeps: list[KernelArgs]) -> SweepPlan:
         for field_name, flag in REFUSED.items():
             if getattr(args, field_name):
                 raise UsageError(f"{flag}: not with ab (rounds measure each point on both sides, here)")
-        if args.replicates not in (None, 1):
-            raise UsageError("--replicates: not with ab; each round is a replicate of both sides, and "
-                             "--max-rounds bounds them")
-    plans = [plan_kernel(args) for args in sweeps]
+        if args.replicates not in (None, 1) or args.min_replicates is not None or args.max_replicates is not None:
+            raise UsageError("--replicates/--min-replicates/--max-replicates: not with ab; each round is a "
+                             "replicate of both sides, and --max-rounds bounds them")
+    plans = [plan_kernel(args, adaptive=False) for args in sweeps]
     first = plans[0]
     for plan in plans[1:]:
         if worker_spec(plan) != worker_spec(first):

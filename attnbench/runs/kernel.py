@@ -58,9 +58,10 @@ def point_key(values: dict) -> tuple[str, ...]:
     return KEY.of(values)
 
 
-def plan_kernel(args: KernelArgs, machine: bool = True) -> SweepPlan:
+def plan_kernel(args: KernelArgs, machine: bool = True, adaptive: bool = True) -> SweepPlan:
     """kernels.plan.plan_sweep for this job: on the first of `--devices` (GPUs of one model that
-    exist here), measuring `--shard I/N`'s points only. machine=False checks the values alone."""
+    exist here), measuring `--shard I/N`'s points only. machine=False checks the values alone;
+    adaptive: on a GPU, replicates stop when enough unless --replicates says how many."""
     shard = parse_shard(args.shard)
     device = None
     if args.devices:
@@ -70,7 +71,7 @@ def plan_kernel(args: KernelArgs, machine: bool = True) -> SweepPlan:
         devices = resolve_devices(args.devices) if machine else parse_devices(args.devices)
         device = torch.device(devices[0]) if machine else None
     share = None if shard is None else (lambda points: points_of_shard(points, args.shard))
-    return plan_sweep(args, machine, device, share)
+    return plan_sweep(args, machine, device, share, adaptive=adaptive)
 
 
 def points_of_shard(points: list[SweepPoint], text: str) -> list[SweepPoint]:
@@ -121,11 +122,20 @@ def run_env(command: list[str], args: KernelArgs, plan: SweepPlan) -> dict:
     full = sized(args, torch.device(plan.device))  # --tokens and --context as the device filled them
     env["sweep"] = sweep_record("kernel", args, {
         "tokens": full.tokens, "context": full.context, "budget_ms": plan.timing.budget_ms,
-        "backend": plan.backends, "mode": plan.modes, "replicates": plan.replicates})
+        "backend": plan.backends, "mode": plan.modes, **replicate_flags(plan)})
     shard = parse_shard(args.shard)
     if shard is not None:
         env["shard"] = {"index": shard[0], "count": shard[1], "points": len(plan.points)}
     return env
+
+
+def replicate_flags(plan: SweepPlan) -> dict:
+    """The replicate flags as the run resolved them: exactly N, or a rule's bounds and threshold."""
+    rule = plan.rule
+    if rule is None:
+        return {"replicates": plan.replicates}
+    return {"min_replicates": rule.min_replicates, "max_replicates": rule.max_replicates,
+            "threshold": f"{rule.threshold:.4g}"}
 
 
 def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
