@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from attnbench.cli.main import app
 from attnbench.kernels.backends import registry
-from attnbench.kernels.backends.decisions import (DECISIONS, fa3_effective_causal, fa3_num_splits, fa3_pack_gqa,
-                                                  merged)
+from attnbench.kernels.backends.decisions import (DECISIONS, fa2_num_splits, fa2_split_heuristic, fa3_effective_causal,
+                                                  fa3_num_splits, fa3_pack_gqa, merged)
 from attnbench.kernels.backends.flashinfer import FlashInferBackend
 from attnbench.kernels.backends.vllm_fa3 import VLLM_GRAPH_TOKENS, VLLM_MAX_SPLITS, VllmFA3Backend
 from attnbench.kernels.inputs import make_inputs
@@ -72,6 +72,25 @@ def test_fa3_effective_causal_and_pack_gqa_follow_flash_api():
     assert fa3_pack_gqa(1, 16, 512) is True  # 16-token pages: no TMA for the paged cache
     assert fa3_pack_gqa(1, 256, 8) is True  # seqlen_q * group under every kBlockM
     assert fa3_pack_gqa(0, 256, 512) is None  # needs the tile sizes
+
+
+def test_fa2_split_heuristic_on_flash_api_s_own_example_and_its_edges():
+    # flash_api.cpp: "batch * n_heads = 48 and we have 108 SMs, having 2 splits (efficiency = 0.89) is
+    # better than having 3 splits (efficiency = 0.67)"
+    assert fa2_split_heuristic(48, 108, 64, 128) == 2
+    assert fa2_split_heuristic(90, 108, 64, 128) == 1  # nearly fills the SMs
+    assert fa2_split_heuristic(1, 100, 3, 128) == 3  # capped by the KV blocks
+    # 4 blocks: 3 splits are 2+2+0 blocks, the same as 2, so never chosen; 4 waves fill 4 SMs
+    assert fa2_split_heuristic(1, 4, 4, 128) == 4
+
+
+def test_fa2_regroups_a_one_token_gqa_query_and_leaves_paged_varlen_prefill_unsplit():
+    # decode, 32 query heads on 8 KV heads: 8 sequences x 8 heads x 1 m-block = 64 tiles on 264 slots
+    assert fa2_num_splits(8, 32, 8, 1, 4096, 128, 132, kvcache=False) == \
+        fa2_split_heuristic(64, 264, 32, 128)
+    assert fa2_num_splits(8, 32, 8, 16, 4096, 128, 132, kvcache=False) == 1
+    assert fa2_num_splits(8, 32, 32, 1, 4096, 128, 132, kvcache=False) == 1  # no GQA: no regrouping
+    assert fa2_num_splits(8, 32, 32, 1, 4096, 128, 132, kvcache=True) == fa2_split_heuristic(256, 264, 32, 128)
 
 
 def fa3() -> VllmFA3Backend:

@@ -1,4 +1,4 @@
-"""The decision_* columns on the GPU's real libraries: FA3's splits read from the scheduler metadata
+"""The decision_* columns on the GPU's real libraries: FA2's derived splits, FA3's splits read from the scheduler metadata
 its plan computed (as vLLM's builder does) and a graph replayed on another batch after Plan.refresh
 recomputed that metadata; FlashInfer's resolved backend, tensor-core decode and BatchAttention CTAs.
 Each test skips with the reason when its library or GPU is missing."""
@@ -10,6 +10,7 @@ import torch
 
 from attnbench.kernels.backends.flashinfer import FlashInferBackend
 from attnbench.kernels.backends.flashinfer_ba import FlashInferBABackend
+from attnbench.kernels.backends.vllm_fa2 import VLLM_PACKAGE, VllmFA2Backend
 from attnbench.kernels.backends.vllm_fa3 import VLLM_MAX_SPLITS, VllmFA3Backend
 from attnbench.kernels.graphsafe import replay_check
 from attnbench.kernels.inputs import make_inputs
@@ -60,6 +61,14 @@ def test_fa3_graph_replays_another_batch_after_refresh(backend, strategy):
     longer = build_batch(point("decode", 16, "uniform:3000:6000"))
     results = replay_check(backend, strategy, point("decode", 16), capture, [longer], "safe", "cuda")
     assert [r["verdict"] for r in results] == ["pass", "pass"], results
+
+
+@pytest.mark.parametrize("backend", [available(VllmFA2Backend())])
+def test_fa2_records_the_splits_of_each_launch_of_vllm_s_build(backend):
+    if backend.library()[0] != VLLM_PACKAGE:
+        pytest.skip(f"FA2 here is {backend.library()[0]}, not vLLM's build whose heuristic the column follows")
+    assert int(decisions(backend, "decode", 8, "unified")["decision_num_splits"]) > 1  # 8 x 8 tiles, long KV
+    assert decisions(backend, "prefill", 512, "unified")["decision_num_splits"] == "1"  # paged varlen: unsplit
 
 
 @pytest.mark.parametrize("backend", [available(FlashInferBackend())])

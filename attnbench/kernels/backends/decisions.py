@@ -86,3 +86,37 @@ def fa3_pack_gqa(static_splits: int, block_size: int, query_rows_per_kv_head: in
     if block_size < 64 or query_rows_per_kv_head <= 64:
         return True
     return None
+
+
+# ---- FA2 (vllm-project/flash-attention csrc/flash_attn/flash_api.cpp) ---------------------------------
+
+def fa2_num_splits(batch_size: int, num_heads: int, num_kv_heads: int, seqlen_q: int, seqlen_k: int,
+                   head_dim: int, num_sms: int, kvcache: bool) -> int:
+    """FA2's KV splits for one launch, derived as set_params_splitkv decides them with num_splits=0.
+    A one-token GQA query is first regrouped (seqlenq_ngroups_swapped: the query heads of a KV head
+    become its query rows). varlen_fwd splits only such a launch (a paged varlen launch otherwise
+    runs unsplit); fwd_kvcache always asks the heuristic, with seqlen_k the block table's width
+    times the page size (what the caller passes here)."""
+    if seqlen_q == 1 and num_heads > num_kv_heads:
+        seqlen_q, num_heads = num_heads // num_kv_heads, num_kv_heads
+    elif not kvcache:
+        return 1
+    block_n = 256 if head_dim <= 64 else 128 if head_dim <= 128 else 64
+    n_blocks, m_blocks = -(-seqlen_k // block_n), -(-seqlen_q // 64)
+    return fa2_split_heuristic(batch_size * num_heads * m_blocks, 2 * num_sms, n_blocks, 128)
+
+
+def fa2_split_heuristic(tiles: int, num_sms: int, n_blocks: int, max_splits: int) -> int:
+    """FA2's num_splits_heuristic: one split when the tiles nearly fill the SMs (>= 80%); else the
+    fewest splits whose wave efficiency is within 85% of the best, counting only split counts that
+    change the blocks per split (the caller doubles the SMs: 128-thread blocks)."""
+    if tiles <= 0 or tiles >= 0.8 * num_sms:
+        return 1
+    limit = min(max_splits, num_sms, n_blocks)
+    eligible = [s for s in range(1, limit + 1) if s == 1 or -(-n_blocks // s) != -(-n_blocks // (s - 1))]
+    efficiency = {}
+    for splits in eligible:
+        waves = tiles * splits / num_sms
+        efficiency[splits] = waves / -(-waves // 1)
+    best = max(efficiency.values(), default=0.0)
+    return next((s for s in eligible if efficiency[s] >= 0.85 * best), 1)
