@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 import torch
 from fake_flashinfer import FakeFlashInfer
+from bad_input_cli import invoke
 from test_backend_contract import Stream, fake_fa3_fwd, fake_fa3_scheduler
+from test_replay import write_trace
 from typer.testing import CliRunner
 
 from attnbench.cli.main import app
@@ -133,11 +135,7 @@ def test_a_backend_that_decides_nothing_has_no_decisions():
     assert planned(registry.REGISTRY["reference"], "mixed", "split")[1].decisions() == {}
 
 
-def test_the_columns_reach_results_csv_through_a_kernel_sweep(tmp_path, monkeypatch):
-    class EagerStream(Stream):
-        def launch(self, work) -> None:
-            work()
-    monkeypatch.setitem(registry.REGISTRY, "vllm-fa3", VllmFA3Backend(fake_fa3_fwd(EagerStream()), fake_fa3_scheduler))
+def test_the_columns_reach_results_csv_through_a_kernel_sweep(tmp_path, fake_fa3):
     result = CliRunner().invoke(app, ["kernel", "--backend", "vllm-fa3,reference", "--heads", "4", "--kv-heads", "2",
                                       "--dim", "64", "--tokens", "8", "--kind", "decode", "--context", "40",
                                       "--budget-ms", "3", "--device", "cpu", "--out", str(tmp_path / "r")])
@@ -147,3 +145,30 @@ def test_the_columns_reach_results_csv_through_a_kernel_sweep(tmp_path, monkeypa
     assert df.loc[("vllm-fa3", "split"), "decision_max_splits"] == str(VLLM_MAX_SPLITS)
     assert df.loc[("reference", "unified"), ["decision_num_splits", "decision_pack_gqa"]].isna().all()
     assert "decision_num_splits" in (tmp_path / "r" / "summary.md").read_text()
+
+
+@pytest.fixture
+def fake_fa3(monkeypatch):
+    """vllm-fa3 on its fake op and scheduler, run at once (a CPU sweep never synchronizes a stream)."""
+    class EagerStream(Stream):
+        def launch(self, work) -> None:
+            work()
+    monkeypatch.setitem(registry.REGISTRY, "vllm-fa3", VllmFA3Backend(fake_fa3_fwd(EagerStream()), fake_fa3_scheduler))
+
+
+def test_replay_and_atlas_rows_carry_the_columns(tmp_path, fake_fa3):
+    trace = tmp_path / "t.jsonl"
+    write_trace(trace)
+    replayed = invoke("replay", trace, "--backend", "vllm-fa3", "--heads", "4", "--kv-heads", "2", "--dim", "64",
+                      "--budget-ms", "2", "--device", "cpu",
+                      "--bucket-ratio", "2", "--out", tmp_path / "replay")
+    assert replayed.exit_code == 0, replayed.output
+    atlas = invoke("atlas", "--backend", "vllm-fa3", "--decode-share", "0:1:2", "--decode-context", "16", "--chunk", "8",
+                   "--head-dim", "64", "--gqa-group", "2", "--heads", "4", "--tokens", "4:8:2", "--budget-ms", "2",
+                   "--device", "cpu", "--out", tmp_path / "atlas")
+    assert atlas.exit_code == 0, atlas.output
+    for run in ("replay", "atlas"):
+        df = pd.read_csv(tmp_path / run / "results.csv", dtype=files.TEXT_COLUMNS)
+        measured = df[df["verdict"] == "pass"]
+        assert not measured.empty and measured["decision_max_splits"].eq(str(VLLM_MAX_SPLITS)).all(), run
+        assert measured["decision_num_splits"].notna().all(), run
