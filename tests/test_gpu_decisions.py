@@ -1,7 +1,7 @@
-"""The decision_* columns on the GPU's real libraries: FA2's derived splits, FA3's splits read from the scheduler metadata
-its plan computed (as vLLM's builder does) and a graph replayed on another batch after Plan.refresh
-recomputed that metadata; FlashInfer's resolved backend, tensor-core decode and BatchAttention CTAs.
-Each test skips with the reason when its library or GPU is missing."""
+"""The decision_* columns on the GPU's real libraries: FA2's derived splits, FA3's splits read from
+the scheduler metadata its plan computed (as vLLM's builder does) and a graph replayed on another
+batch after Plan.refresh recomputed that metadata; FlashInfer's resolved backend, tensor-core decode
+and BatchAttention CTAs. Each test skips with the reason when its library or GPU is missing."""
 
 from __future__ import annotations
 

@@ -21,8 +21,9 @@ or a `Part`: the launch plus what the plan needs of it beside running it (the li
 for the row, an in-place re-plan for Plan.refresh, work done once on unchanging caches for
 Plan.static_kv, and what to give back when the plan is collected, such as a pooled wrapper).
 Hooks then shape the plan from its parts: `plan_details` (default: the parts' details merged),
-`plan_refresh` (default: none) and `plan_decisions` (default: the parts' `decide` merged). Everything a plan holds lives in the Plan and its parts, never
-on the backend instance, which the registry shares between every plan of the process.
+`plan_refresh` (default: none) and `plan_decisions` (default: the parts' `decide` merged).
+Everything a plan holds lives in the Plan and its parts, never on the backend instance, which the
+registry shares between every plan of the process.
 
 What a backend can do is declared, not probed: `strategies`, `graph_safe` (its plans may be
 captured in a CUDA graph), `graph_replay` (which other batches such a graph may be replayed on)
@@ -56,7 +57,8 @@ from typing import Any, Callable, ClassVar
 import torch
 
 from attnbench.errors import AttnbenchError
-from attnbench.kernels.backends.decisions import columns as decision_columns, merged as merged_decisions
+from attnbench.kernels.backends.decisions import columns as decision_columns
+from attnbench.kernels.backends.decisions import merged as merged_decisions
 from attnbench.kernels.backends.launch import (Launch, Part, as_batched, as_part, on_tokens, release_when_collected,
                                                static_kv_of)
 from attnbench.kernels.inputs import cache_elements
