@@ -164,8 +164,8 @@ def test_replay_and_atlas_rows_carry_the_columns(tmp_path, fake_fa3):
                       "--bucket-ratio", "2", "--out", tmp_path / "replay")
     assert replayed.exit_code == 0, replayed.output
     atlas = invoke("atlas", "--backend", "vllm-fa3", "--decode-share", "0:1:2", "--decode-context", "16",
-                   "--chunk", "8", "--head-dim", "64", "--gqa-group", "2", "--heads", "4", "--tokens", "4:8:2", "--budget-ms", "2",
-                   "--device", "cpu", "--out", tmp_path / "atlas")
+                   "--chunk", "8", "--head-dim", "64", "--gqa-group", "2", "--heads", "4", "--tokens", "4:8:2",
+                   "--budget-ms", "2", "--device", "cpu", "--out", tmp_path / "atlas")
     assert atlas.exit_code == 0, atlas.output
     for run in ("replay", "atlas"):
         df = pd.read_csv(tmp_path / run / "results.csv", dtype=files.TEXT_COLUMNS)
