@@ -172,3 +172,4 @@ def test_replay_and_atlas_rows_carry_the_columns(tmp_path, fake_fa3):
         measured = df[df["verdict"] == "pass"]
         assert not measured.empty and measured["decision_max_splits"].eq(str(VLLM_MAX_SPLITS)).all(), run
         assert measured["decision_num_splits"].notna().all(), run
+        assert "- vllm-fa3 unified: num_splits " in (tmp_path / run / "summary.md").read_text(), run

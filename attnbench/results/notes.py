@@ -126,3 +126,20 @@ def decision_lines(df: pd.DataFrame) -> list[str]:
             *md_lines(["kind", "tokens", "heads", "kv heads", "dim", "backend", "strategy", *columns],
                       cells.itertuples(index=False)), ""]
 
+
+def decision_counts(df: pd.DataFrame) -> list[str]:
+    """summary.md lines for runs of many points (replay, atlas): per backend and strategy, each
+    decision's values with how many rows had each; nothing when no backend of the run decides."""
+    columns = [c for c in df.columns if c.startswith("decision_") and df[c].notna().any()]
+    lines = []
+    for (backend, strategy), rows in (df.groupby(["backend", "strategy"], sort=True) if columns else ()):
+        said = []
+        for column in columns:
+            counts = rows[column].dropna().value_counts()
+            if not counts.empty:
+                said.append(column.removeprefix("decision_") + " " + ", ".join(f"{v} ({n})" for v, n in counts.items()))
+        if said:
+            lines.append(f"- {backend} {strategy}: " + "; ".join(said))
+    return ["## What each library decided (values, with their rows; the decision_* columns)", "", *lines, ""] \
+        if lines else []
+
