@@ -19,6 +19,7 @@ from attnbench.kernels.backends import registry
 from attnbench.kernels.backends.decisions import (DECISIONS, fa2_num_splits, fa2_split_heuristic, fa3_effective_causal,
                                                   fa3_num_splits, fa3_pack_gqa, merged)
 from attnbench.kernels.backends.flashinfer import FlashInferBackend
+from attnbench.kernels.backends.flashinfer_ba import FlashInferBABackend
 from attnbench.kernels.backends.vllm_fa3 import VLLM_GRAPH_TOKENS, VLLM_MAX_SPLITS, VllmFA3Backend
 from attnbench.kernels.inputs import make_inputs
 from attnbench.kernels.metadata import build_metadata
@@ -125,10 +126,16 @@ def test_fa3_refresh_recomputes_the_metadata_a_graph_reads_in_place():
     assert plan.decisions()["decision_num_splits"] == str(VLLM_MAX_SPLITS)  # 120+ keys: 15-16 splits each
 
 
-def test_flashinfer_records_its_backend_and_tensor_core_decode():
+def test_flashinfer_records_its_backend_tensor_core_decode_and_split_kv():
+    # the fake's wrappers resolve to "fa2"; its decode plan_info has no split-KV, its prefill one has
     decisions = planned(FlashInferBackend(FakeFlashInfer(), workspace_bytes=1024), "mixed", "split")[1].decisions()
-    assert decisions.get("decision_tensor_cores") == "true"
-    assert set(decisions) <= set(names(Decisions))
+    assert decisions == {"decision_fi_backend": "fa2", "decision_tensor_cores": "true",
+                         "decision_split_kv": "decode=false prefill=true"}
+
+
+def test_batch_attention_records_its_ctas():
+    decisions = planned(FlashInferBABackend(FakeFlashInfer(), workspace_bytes=1024), "mixed", "unified")[1].decisions()
+    assert decisions == {"decision_ctas": str(2 * 66)}  # the fake's plan_info: num_blks_x=2, num_blks_y=66
 
 
 def test_a_backend_that_decides_nothing_has_no_decisions():
