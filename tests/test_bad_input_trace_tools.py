@@ -91,3 +91,14 @@ def test_export_never_writes_over_the_run_it_reads(target, tmp_path):
     before = digest(tmp_path)
     assert_one_error_line(invoke("export", run, "--format", "csv", "--out", run / target), "--out")
     assert digest(tmp_path) == before
+
+
+@pytest.mark.parametrize("tool", ["merge", "history"])
+def test_merge_and_history_refuse_a_trace_run(tool, tmp_path):
+    run = trace_run(tmp_path)
+    (run / "env.json").write_text('{"command": "attnbench e2e --trace t.jsonl", "gpu": {"name": "H"}}')
+    before = digest(tmp_path)
+    args = (["merge", run, "--out", tmp_path / "m"] if tool == "merge"
+            else ["history", "add", run, "--history", tmp_path / "h", "--commit", "abc", "--date", "2026-12-01"])
+    assert_one_error_line(invoke(*args), "served trace")
+    assert digest(tmp_path) == before and not (tmp_path / "m").exists() and not (tmp_path / "h").exists()
