@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,11 +130,11 @@ def trace_setup(args: E2EArgs, trace: RequestTrace, device: torch.device) -> Tra
                                 args.graph_policy, none_by) for b in backends}
     elt = torch.empty((), dtype=torch_dtype(dtype_name)).element_size()
     prompts = sorted(r.input_len for r in trace.requests)
-    parts = estimate_bytes(margs, elt, seqs, longest, args.block_size, args.chunk_size or sum(prompts[-seqs:]),
+    step_tokens = min(args.chunk_size or sys.maxsize, sum(prompts[-seqs:]))  # a row: a chunk of a prompt, or 1
+    parts = estimate_bytes(margs, elt, seqs, longest, args.block_size, step_tokens,
                            sum(r.output_len for r in trace.requests) * len(args.strategy))
     check_fits(parts, args.model, device)
     serves = args.iters or SERVES.get(device.type, SERVES["cuda"])
-    step_tokens = min(args.chunk_size or sum(prompts), sum(prompts))  # a step's rows: prompt chunks, or 1 <= a prompt
     return TraceSetup(args, trace, margs, path, device, dtype_name, seqs, longest, backends, choices, parts, left_out,
                       serves, step_tokens)
 
