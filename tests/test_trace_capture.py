@@ -109,3 +109,34 @@ def test_without_capture_every_a_serve_captures_on_first_use():
     engine = engine_under(GraphMode.FULL, grid_backend()[0], "unified")
     serve(engine, [0.0, 0.5], trace_prompts([9, 12], TINY.vocab_size), [3, 2], JitterClock(0))
     assert engine.graph_stats()[0] > 0
+
+
+def test_the_job_captures_before_timing_and_every_timed_serve_captures_none(monkeypatch, tmp_path):
+    """serve_choices under emulated piecewise graphs: every row says 0 graphs captured while timed."""
+    import dataclasses
+    import functools
+    import json
+
+    from rich.console import Console
+
+    from attnbench.e2e import runner
+    from attnbench.e2e.args import E2EArgs
+    from attnbench.e2e.modes import choose_graphs
+    from attnbench.runs.e2e_trace import read_trace, trace_setup
+    from attnbench.runs.e2e_trace_serves import serve_choices
+
+    monkeypatch.setattr(runner, "Engine", functools.partial(Engine, emulate=True))
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": t, "input_length": i, "output_length": o}) + "\n"
+                             for t, i, o in [(0.0, 9, 3), (0.001, 14, 2), (0.002, 5, 3)]))
+    args = E2EArgs(model="tiny", trace=trace, backend=["reference"], chunk_size=8, iters=2, device="cpu")
+    setup = trace_setup(args, read_trace(trace, None), torch.device("cpu"))
+    choice = choose_graphs(get_backend("reference"), GraphMode.PIECEWISE, "cuda", setup.max_num_seqs, TINY.n_layer)
+    setup = dataclasses.replace(setup, choices={"reference": choice})
+    rows, requests, agreements = [], [], []
+    serve_choices(setup, Console(file=open(tmp_path / "log", "w")), rows, requests, agreements)
+    assert [r.get("reason") for r in rows if r["serve"] == 0] == []
+    assert [(r["strategy"], r["serve"]) for r in rows] == [("unified", 1), ("split", 1), ("split", 2), ("unified", 2)]
+    assert all(r["verdict"] == "pass" and r["graphs_captured_while_serving"] == 0 for r in rows)
+    assert all(r["graphs_before_timing"] == 3 * 4 for r in rows)  # token buckets 1, 2, 4, 8; n_layer + 1 each
+    assert {a["verdict"] for a in agreements} <= {"match", "near-tie"} and len(requests) == 4 * 3
