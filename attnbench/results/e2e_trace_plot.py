@@ -30,7 +30,8 @@ def plot_metrics(metrics: pd.DataFrame, path: Path) -> Path | None:
     timed = metrics[metrics["verdict"].isin(["pass", "fail"]) & metrics["metric"].isin(METRIC_PANELS)]
     if timed.empty:
         return None
-    timed = timed.assign(run=timed["run"] if "run" in timed else "")
+    timed = timed.assign(run=timed["run"] if "run" in timed else "", chunk_size=timed["chunk_size"].where(
+        timed["chunk_size"] > 0))
     fig, axes = panels(len(METRIC_PANELS), width=4.2)
     color, oracles = Palette(), oracle_backends()
     groups = list(timed.groupby(["run", "backend", "mode", "strategy"], sort=False))
@@ -45,10 +46,11 @@ def plot_metrics(metrics: pd.DataFrame, path: Path) -> Path | None:
                         [r["serve_max_ms"] - r["serve_median_ms"]]], marker="o", capsize=3, color=color(name),
                         label=name)
         ax.set_xticks([])
+        ax.set_xlim(-0.5, len(groups) - 0.5)
         ax.set_title(metric.replace("_", " "), fontsize=10)
         plain_log_y(ax, "ms: median over serves (bar: min-max)")
     serves = int(timed["serves"].max())
-    return finish(fig, axes, title("e2e --trace: metrics over the serves", timed, settings_text(timed, SETTINGS[2:]),
+    return finish(fig, axes, title("e2e --trace: metrics over the serves", timed, settings_text(timed, [s for s in SETTINGS if s[0] != "params"]),
                                    f"each choice served up to {serves} times"), path)
 
 
