@@ -14,7 +14,7 @@ GOOD = "".join(json.dumps({"timestamp": t, "input_length": 6, "output_length": 2
 
 CONFLICTS = [
     (("--input-len", "8"), "--input-len"), (("--output-len", "4"), "--output-len"),
-    (("--batch-size", "2"), "--batch-size"), (("--iters", "3"), "--iters"), (("--warmup", "1"), "--warmup"),
+    (("--batch-size", "2"), "--batch-size"), (("--warmup", "1"), "--warmup"),
     (("--min-iters", "6"), "--min-iters"), (("--precision", "0"), "--precision"), (("--isolate",), "--isolate"),
     (("--profile",), "--profile"), (("--tp", "2"), "--tp 2"), (("--resume", "{tmp}/old"), "--resume"),
     (("--isolate", "--point-timeout", "5"), "--isolate"),
@@ -23,6 +23,7 @@ VALUES = [
     (("--arrivals", "poisson"), "--arrivals"), (("--arrivals", ""), "--arrivals"),
     *[(("--max-requests", v), "--max-requests") for v in ("0", "-3", "1000001", "x")],
     *[(("--max-num-seqs", v), "--max-num-seqs") for v in ("0", "4097")],
+    (("--iters", "1"), "--iters 1"), (("--cudagraph", "full", "--graph-policy", "naive"), "--graph-policy naive"), (("--iters", "0"), "--iters"),
     (("--time-unit", "us"), "--time-unit"), (("--time-unit", ""), "--time-unit"), (("--model", "nope"), "nope"), (("--strategy", "fused2"), "--strategy"),
 ]
 WITHOUT_TRACE = [("--arrivals", "all-at-once"), ("--time-unit", "ms"), ("--max-requests", "3"), ("--max-num-seqs", "4")]

@@ -148,6 +148,7 @@ def test_logits_recorded_per_request_match_the_tokens(engines):
 
 
 def test_the_command_writes_every_file(tmp_path):
+    import pandas as pd
     from bad_input_cli import invoke
 
     trace = tmp_path / "t.requests.jsonl"
@@ -156,15 +157,21 @@ def test_the_command_writes_every_file(tmp_path):
     out = tmp_path / "run"
     result = invoke("e2e", "--trace", trace, "--device", "cpu", "--out", out)
     assert result.exit_code == 0, result.output
-    assert "CPU run:" in result.stdout and "--max-requests 2" in result.stdout
-    for name in ("trace.csv", "requests.csv", "agreement.csv", "summary.md", "env.json", "trace_latency.png"):
+    assert "CPU run:" in result.stdout and "--max-requests 1" in result.stdout
+    for name in ("trace.csv", "requests.csv", "results.csv", "agreement.csv", "summary.md", "env.json",
+                 "trace_latency.png", "trace_metrics.png"):
         assert (out / name).is_file(), name
     env = json.loads((out / "env.json").read_text())
-    assert env["trace"]["requests_in_file"] == 3 and env["trace"]["requests_served"] == 2
-    assert env["trace"]["arrivals"] == "trace" and len(env["trace"]["sha256"]) == 64
+    assert env["trace"]["requests_in_file"] == 3 and env["trace"]["requests_served"] == 1
+    assert env["trace"]["arrivals"] == "trace" and len(env["trace"]["sha256"]) == 64 and env["e2e"]["serves"] == 2
     lines = (out / "requests.csv").read_text().splitlines()
-    assert len(lines) == 1 + 2 * 2  # reference unified and split, 2 requests each
-    assert "faster" not in (out / "summary.md").read_text().replace("called faster", "")
+    assert len(lines) == 1 + 2 * 2  # reference unified and split, 2 serves each, of the 1 request
+    serves = pd.read_csv(out / "trace.csv")
+    assert sorted(zip(serves["strategy"], serves["serve"])) == [("split", 1), ("split", 2), ("unified", 1),
+                                                                ("unified", 2)]
+    assert (serves["graphs_captured_while_serving"] == 0).all() and (serves["verdict"] == "pass").all()
+    summary = (out / "summary.md").read_text()
+    assert "split faster" not in summary and "split slower" not in summary and "during the 4 timed serves: 0" in summary
 
 
 def test_millisecond_timestamps_are_read_as_such(tmp_path):
@@ -186,9 +193,10 @@ def test_all_at_once_and_a_burstgpt_csv(tmp_path):
     trace.write_text("Timestamp,Model,Request tokens,Response tokens\n0,x,7,2\n3,x,5,0\n9,x,4,3\n")
     out = tmp_path / "run"
     result = invoke("e2e", "--trace", trace, "--device", "cpu", "--arrivals", "all-at-once", "--strategy", "unified",
-                    "--out", out)
+                    "--max-requests", "2", "--out", out)
     assert result.exit_code == 0, result.output
     requests = pd.read_csv(out / "requests.csv")
+    requests = requests[requests["serve"] == 1]
     assert list(requests["arrival_s"]) == [0.0, 0.0] and list(requests["output_len"]) == [2, 3]
     env = json.loads((out / "env.json").read_text())
     assert env["trace"]["format"] == "BurstGPT CSV" and env["trace"]["skipped_no_response"] == 1
@@ -198,23 +206,23 @@ def test_ctrl_c_keeps_what_was_served(tmp_path, monkeypatch):
     import pandas as pd
     from bad_input_cli import invoke
 
-    from attnbench.runs import e2e_trace
+    from attnbench.runs import e2e_trace_serves
 
     calls = []
 
     def serve_then_stop(*args, **kwargs):
         calls.append(1)
-        if len(calls) == 2:  # the CPU serves once per choice: split's serve is interrupted
+        if len(calls) == 3:  # on the CPU each check serve is serve 1: round 2's first serve (split) is interrupted
             raise KeyboardInterrupt
         return serve(*args, **kwargs)
 
-    monkeypatch.setattr(e2e_trace, "serve", serve_then_stop)
+    monkeypatch.setattr(e2e_trace_serves, "serve", serve_then_stop)
     trace = tmp_path / "t.jsonl"
     trace.write_text(json.dumps({"timestamp": 0, "input_length": 5, "output_length": 2}) + "\n")
     out = tmp_path / "run"
     result = invoke("e2e", "--trace", trace, "--device", "cpu", "--out", out)
-    assert result.exit_code == 130 and "interrupted by SIGINT after 1 of 2" in result.stderr
-    assert list(pd.read_csv(out / "trace.csv")["strategy"]) == ["unified"]
+    assert result.exit_code == 130 and "interrupted by SIGINT after 2 of 4 measured serves" in result.stderr
+    assert list(pd.read_csv(out / "trace.csv")["strategy"]) == ["unified", "split"]
     assert (out / "requests.csv").is_file() and (out / "summary.md").is_file()
 
 
@@ -223,7 +231,7 @@ def test_ctrl_c_keeps_what_was_served(tmp_path, monkeypatch):
 @pytest.mark.parametrize("cudagraph", ["full", "piecewise"])
 def test_gpu_trace_serves_under_graphs_with_strategies_agreeing(backend, cudagraph, tmp_path):
     """The tiny model serves a small trace in 8-token chunks under CUDA graphs: every row passes,
-    split agrees with unified (no MISMATCH), and the check serve captured what the measured one needs."""
+    split agrees with unified (no MISMATCH), and every graph was captured before the measured serves."""
     import pandas as pd
     from bad_input_cli import invoke
 
@@ -235,7 +243,8 @@ def test_gpu_trace_serves_under_graphs_with_strategies_agreeing(backend, cudagra
                     "--chunk-size", "8", "--out", out)
     assert result.exit_code == 0, result.output
     rows = pd.read_csv(out / "trace.csv")
-    assert set(rows["verdict"]) == {"pass"} and set(rows["requests"]) == {4}
+    assert set(rows["verdict"]) == {"pass"} and set(rows["requests"]) == {4} and set(rows["serve"]) == {1, 2, 3}
+    assert (rows["graphs_captured_while_serving"] == 0).all() and (rows["graphs_before_timing"] > 0).all()
     assert set(pd.read_csv(out / "agreement.csv")["verdict"]) <= {"match", "near-tie"}
     requests = pd.read_csv(out / "requests.csv")
     assert (requests["ttft_ms"] > 0).all() and (requests["output_len"] == [6, 8, 3, 5] * len(rows)).all()

@@ -164,12 +164,12 @@ def validate_args(args: E2EArgs) -> None:
 
 ARRIVALS = ("trace", "all-at-once")
 TRACE_ONLY = ("arrivals", "time_unit", "max_requests", "max_num_seqs")
-GRID_ONLY = ("input_len", "output_len", "batch_size", "warmup", "iters", "min_iters", "resume", "isolate",
+GRID_ONLY = ("input_len", "output_len", "batch_size", "warmup", "min_iters", "resume", "isolate",
              "point_timeout", "profile")
 
 
 def check_trace_flags(args: E2EArgs) -> None:
-    """--trace serves one stream once per backend x strategy: the grid's points, its stopping rule,
+    """--trace serves one stream --iters times per backend x strategy: the grid's points, its stopping rule,
     --resume, --isolate, --profile and --tp do not apply; without it the trace's flags do not."""
     flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
     given = lambda name: getattr(args, name) not in (None, False, E2EArgs.__dataclass_fields__[name].default)  # noqa: E731
@@ -181,8 +181,15 @@ def check_trace_flags(args: E2EArgs) -> None:
     extra = [flag(n) for n in GRID_ONLY if given(n)] + (["--precision"] if args.precision != PRECISION else [])
     extra += [f"--tp {args.tp}"] if args.tp > 1 else []
     if extra:
-        raise UsageError(f"--trace cannot be combined with {extra[0]}: a trace is served once per backend x strategy "
-                         "(its requests' lengths come from the file; no grid, stopping rule, resume, workers or TP)")
+        raise UsageError(f"--trace cannot be combined with {extra[0]}: a trace is served --iters times per backend x "
+                         "strategy (its requests' lengths come from the file; no grid, stopping rule, resume, workers "
+                         "or TP)")
+    if args.graph_policy != "safe":
+        raise UsageError(f"--graph-policy {args.graph_policy}: --trace captures every graph bucket before timing, on "
+                         "the safe policy's bounds (naive plans on the batch that first needs a bucket)")
+    if args.iters is not None and args.iters < 2:
+        raise UsageError(f"--iters {args.iters}: --trace serves each backend x strategy at least 2 times (one serve "
+                         "gives no interval)")
     if args.arrivals not in ARRIVALS:
         raise UsageError(f"--arrivals: expected {' or '.join(ARRIVALS)}, got {args.arrivals!r}")
     if args.time_unit not in TIME_UNITS:

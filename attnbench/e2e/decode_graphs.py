@@ -49,6 +49,9 @@ class DecodeGraphs(CapturedGraphs):
     def num_graphs(self) -> int:
         return len(self.replays)
 
+    def capture_every(self, max_tokens: int) -> None:
+        """Nothing left: every batch bucket is captured when the graphs are made."""
+
     def _static_metadata(self, bucket: int) -> VarlenMetadata | SplitMetadata:
         """The strategy's metadata for a decode batch at max_model_len: its tensors become buffers."""
         e = self.engine

@@ -91,6 +91,14 @@ class Engine:
         """How many graphs this engine captured, and the device memory (bytes) their pools hold."""
         return sum(g.num_graphs for g in self._captured()), sum(g.mem_bytes for g in self._captured())
 
+    def capture_every(self, max_step_tokens: int) -> int:
+        """Every graph a step of at most max_step_tokens tokens (and the token budget) can replay,
+        captured now, so that a timed run captures none; how many were captured."""
+        before = self.graph_stats()[0]
+        for graphs in self._captured():
+            graphs.capture_every(min(max_step_tokens, self.token_budget))
+        return self.graph_stats()[0] - before
+
     def capture_s(self) -> float:
         """Seconds spent capturing graphs so far (full and piecewise: on first use, inside steps)."""
         return sum(g.capture_s for g in self._captured())

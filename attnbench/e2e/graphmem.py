@@ -95,6 +95,10 @@ class CapturedGraphs(ABC):
         """The step's inputs into the buffers of the graphs that replay it; its launch, which
         returns the sampled rows' logits."""
 
+    @abstractmethod
+    def capture_every(self, max_tokens: int) -> None:
+        """Capture now every graph a step of at most max_tokens tokens can need (none is left to first use)."""
+
     def capture_all(self, fns: list[Callable[[], object]]) -> list[Callable[[], object]]:
         """Each fn run once, in order (warm-up: lazy initialisation and compilation stay out of the
         graphs), then captured, in order, into this pool; their replays."""

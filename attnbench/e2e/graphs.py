@@ -17,8 +17,10 @@ the bucket. The static q rows are graphsafe's: split's decode rows first (the de
 size), then the prefill part's rows.
 
 A graph is captured the first time a step needs its bucket (lazily), in one memory pool shared by
-the engine's graphs. The runner's first run of a row is its untimed check run, and the measured
-runs repeat its schedule, so captures happen there; the engine also subtracts any capture's time
+the engine's graphs, or up front (`capture_every`: every bucket a step within the limits can
+reach, for a served trace, whose schedule follows the wall clock and differs between serves).
+The runner's first run of a row is its untimed check run, and the measured runs repeat its
+schedule, so captures happen there; the engine also subtracts any capture's time
 from the step's host time. Per engine: how many graphs, and the device memory their private pool
 holds (graphmem.py), in the row as `graphs` and `graph_mem_mb`.
 
@@ -97,6 +99,36 @@ def full_bucket(strategy: str, batch: Batch, seq_buckets: list[int], tok_buckets
                   prefill_tokens, max_blocks_per_seq, block_size)
 
 
+def fewest(bucket: int, buckets: list[int]) -> int:
+    """The fewest real items that round up to `bucket` (0 for the empty part)."""
+    below = [b for b in buckets if b < bucket]
+    return 0 if bucket == 0 else (below[-1] + 1 if below else 1)
+
+
+def reachable_buckets(strategy: str, seq_buckets: list[int], tok_buckets: list[int], max_num_seqs: int,
+                      max_tokens: int, max_blocks_per_seq: int, block_size: int) -> list[Bucket]:
+    """Every bucket full_bucket can give a step of at most max_num_seqs sequences and max_tokens
+    tokens (a prefill row holds at least one token): what to capture before a timed serve."""
+    seqs, toks = lambda b: fewest(b, seq_buckets), lambda b: fewest(b, tok_buckets)  # noqa: E731
+    shape = (max_blocks_per_seq, block_size)
+    if strategy == "unified":
+        found = [Bucket(0, s, s, 1, *shape) for s in seq_buckets if seqs(s) <= min(max_num_seqs, max_tokens)]
+        return found + [Bucket(0, s, t, t, *shape) for s in seq_buckets for t in tok_buckets
+                        if seqs(s) <= max_num_seqs and t >= seqs(s) and max(toks(t), seqs(s)) <= max_tokens]
+    parts = [0, *seq_buckets]
+    found = []
+    for d in parts:
+        for p in parts:
+            if (d, p) == (0, 0) or seqs(d) + seqs(p) > max_num_seqs:
+                continue
+            if p == 0:
+                found += [Bucket(d, 0, 0, 0, *shape)] if seqs(d) <= max_tokens else []
+                continue
+            found += [Bucket(d, p, t, t, *shape) for t in tok_buckets
+                      if t >= seqs(p) and seqs(d) + max(toks(t), seqs(p)) <= max_tokens]
+    return found
+
+
 @dataclass
 class PaddedStep:
     """A step's per-token inputs at the bucket's static rows; padding rows are harmless."""
@@ -153,6 +185,17 @@ class FullGraphs(CapturedGraphs):
         return full_bucket(self.engine.attn.strategy, step.batch, self.seq_buckets, self.tok_buckets,
                            self.max_blocks, self.engine.cache.block_size)
 
+    def capture_every(self, max_tokens: int) -> None:
+        """Every bucket a step of at most max_tokens tokens can need, captured now (the safe policy's
+        plans are made on the bucket's bounds, so no batch is needed)."""
+        if self.policy != "safe":
+            raise AttnbenchError(f"graph policy {self.policy}: buckets are captured on the batch that first needs them")
+        e = self.engine
+        for bucket in reachable_buckets(e.attn.strategy, self.seq_buckets, self.tok_buckets, e.max_num_seqs,
+                                        max_tokens, self.max_blocks, e.cache.block_size):
+            if bucket not in self.graphs:
+                self._capture(bucket, None)
+
     def load(self, step: Step) -> Callable[[], torch.Tensor]:
         e = self.engine
         metadata = build_metadata(e.attn.strategy, step.batch, step.block_table)
@@ -173,7 +216,7 @@ class FullGraphs(CapturedGraphs):
         return replay
 
     @torch.inference_mode()
-    def _capture(self, bucket: Bucket, metadata: Metadata) -> _Graph:
+    def _capture(self, bucket: Bucket, metadata: Metadata | None) -> _Graph:
         e, start = self.engine, time.perf_counter()
         buffers = static_buffers(e.attn.strategy, bucket, e.cache.scratch_slot // e.cache.block_size, e.device)
         if self.policy == "naive":  # the capture batch's metadata, as it comes

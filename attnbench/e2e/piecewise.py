@@ -43,7 +43,7 @@ from typing import Callable
 import torch
 
 from attnbench.e2e.graphmem import CapturedGraphs, GraphEngine
-from attnbench.e2e.graphs import round_up, token_buckets
+from attnbench.e2e.graphs import fewest, round_up, token_buckets
 from attnbench.e2e.scheduler import Step
 
 
@@ -75,6 +75,12 @@ class PiecewiseGraphs(CapturedGraphs):
     @property
     def num_graphs(self) -> int:
         return sum(len(replays) for _, replays in self.graphs.values())
+
+    def capture_every(self, max_tokens: int) -> None:
+        """Every token bucket a step of at most max_tokens tokens can need, captured now."""
+        for tokens in self.tok_buckets:
+            if fewest(tokens, self.tok_buckets) <= max_tokens and tokens not in self.graphs:
+                self._capture(tokens)
 
     def load(self, step: Step) -> Callable[[], torch.Tensor]:
         """The step's inputs into the bucket's buffers, its own plan bound (as eager binds it); the launch."""

@@ -73,7 +73,8 @@ class ServeMeasures(Sparse):
     e2el_p90_ms: float | None = None
     e2el_p99_ms: float | None = None
     steps: int | None = None
-    graphs_captured_while_serving: int | None = None  # graphs first needed in the measured serve: in its times
+    graphs_before_timing: int | None = None  # the engine's graphs, all captured before its first measured serve
+    graphs_captured_while_serving: int | None = None  # graphs first needed in this measured serve: in its times
     tokens_as_check: float | None = None  # share of the measured serve's tokens equal to the check serve's
     agreement: str | None = None
     verdict: str | None = None
@@ -92,3 +93,37 @@ def summarize(served: Served) -> ServeMeasures:
         output_throughput=output / duration, total_token_throughput=(prompt + output) / duration,
         **spread([r["ttft_ms"] for r in rows], "ttft"), **spread([r["tpot_ms"] for r in rows], "tpot"),
         **spread(itl, "itl"), **spread([r["e2el_ms"] for r in rows], "e2el"), steps=len(served.steps))
+
+
+TRACE_METRICS = ("duration", *(f"{m}_{s}" for m in METRICS for s in ("mean", *(f"p{q}" for q in PERCENTILES))))
+
+
+@dataclass(frozen=True)
+class TraceMetric:
+    """One results.csv row of an e2e --trace run: a metric of one choice over its measured serves."""
+
+    model: str
+    dtype: str
+    block_size: int
+    chunk_size: int
+    max_num_seqs: int
+    arrivals: str
+    trace: str  # the trace file's name
+    backend: str
+    strategy: str
+    mode: str
+    metric: str  # TRACE_METRICS: ttft_p50, tpot_p99, ..., duration
+    serve_median_ms: float | None
+    serve_min_ms: float | None
+    serve_max_ms: float | None
+    serves: int
+    serves_ms: str  # each serve's value, in serve order, separated by spaces
+    graphs_captured_while_serving: int  # over every measured serve: 0 once every bucket was captured before timing
+    cudagraph: str
+    library: str
+    library_version: str
+    device: str
+    gpu: str
+    agreement: str
+    verdict: str  # pass or fail when every serve was timed; else the failure's verdict
+    reason: str

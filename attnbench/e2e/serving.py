@@ -107,7 +107,8 @@ def serve(engine: Engine, arrivals: list[float], prompts: list[list[int]], outpu
             times[seq.index].append(now)
         if record is not None:
             rows, offsets = record
-            at = torch.tensor([offsets[s.index] + s.num_outputs - 1 for s in sampled], device=engine.device)
+            at = torch.tensor([offsets[s.index] + s.num_outputs - 1 for s in sampled], dtype=torch.long,
+                              device=engine.device)  # long even when no row was sampled (a step of chunks only)
             rows.index_copy_(0, at, logits.to(rows.dtype))
         running = [s for s in running if not s.finished]
     finish_records(records, events)

@@ -50,11 +50,13 @@ def ratio_interval(base: np.ndarray, new: np.ndarray, seed: int = 0) -> tuple[fl
     return float(low), float(high)
 
 
-def judge(base: pd.Series, new: pd.Series, threshold: float, measure: str = "median_ms") -> dict:
+def judge(base: pd.Series, new: pd.Series, threshold: float, measure: str = "median_ms",
+          replicates: str = "replicate_medians_ms") -> dict:
     """One matched row pair -> ratio, interval, how the interval was made (the docstring's method), and
-    the verdict that interval gives (before compare_runs asks what the data supports)."""
+    the verdict that interval gives (before compare_runs asks what the data supports). replicates:
+    the column of each replicate's value (a served trace's: each serve's)."""
     ratio = new[measure] / base[measure]
-    base_reps, new_reps = parse_times(base.get("replicate_medians_ms")), parse_times(new.get("replicate_medians_ms"))
+    base_reps, new_reps = parse_times(base.get(replicates)), parse_times(new.get(replicates))
     base_samples, new_samples = parse_samples(base.get("samples_ms")), parse_samples(new.get("samples_ms"))
     if min(len(base_reps), len(new_reps)) >= MIN_REPLICATES:
         low, high = welch_log_ratio(base_reps, new_reps)
@@ -172,7 +174,7 @@ def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float, key: l
     for k in timed:
         b, n = base_k.loc[k], new_k.loc[k]
         records.append({**{c: n[c] for c in key}, "base_time": b[kind.measure], "new_time": n[kind.measure],
-                        **supported(judge(b, n, threshold, kind.measure), b, n, threshold, kind.measure, kind.spread,
+                        **supported(judge(b, n, threshold, kind.measure, kind.replicates), b, n, threshold, kind.measure, kind.spread,
                                     cpu),
                         "check": n["verdict"], "base_check": b["verdict"]})
     rows = pd.DataFrame(records, columns=[*key, "base_time", "new_time", "ratio", "ci_low", "ci_high",

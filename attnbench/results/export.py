@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from attnbench.results.e2e_plots import plot_e2e
+from attnbench.results.e2e_trace_plot import plot_metrics
 from attnbench.results.e2e_report import e2e_markdown, e2e_table
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.kernels.workload import KIND_SETTINGS
@@ -26,7 +27,9 @@ from attnbench.results.files import COLUMNS, KEY_COLUMNS
 from attnbench.results.tables import markdown_table, ratio_clause, seed_table
 from attnbench.results.plots import plot_runs
 from attnbench.results.replay_plots import plot_replay
-from attnbench.results.read import E2E, KERNEL, MEASURED, ResultKind, Run, canonical
+from attnbench.e2e.serve_metrics import TRACE_METRICS
+from attnbench.results.trace_results import metrics_table, trace_gab_entries
+from attnbench.results.read import E2E, KERNEL, MEASURED, TRACE, ResultKind, Run, canonical
 
 # what seed_table and plot_runs lay out (and, for prefix rows, the prefix ratio); any other key
 # column that varies splits the rows
@@ -66,6 +69,9 @@ def plot_results(runs: list[tuple[str, pd.DataFrame]], out_dir: Path, kind: Resu
         out_dir.mkdir(parents=True, exist_ok=True)
         if steps is not None:
             return plot_replay(runs[0][1], steps, out_dir)
+        if kind is TRACE:
+            drawn = plot_metrics(pd.concat([df.assign(run=label) for label, df in runs]), out_dir / "trace_metrics.png")
+            return [drawn] if drawn else []
         if kind is E2E:
             return plot_e2e(pd.concat([df.assign(run=label) for label, df in runs], ignore_index=True), out_dir)
         split = [(" ".join(p for p in (label, setting) if p), rows)
@@ -123,8 +129,12 @@ def e2e_gab_entries(df: pd.DataFrame) -> list[dict]:
     return entries
 
 
+def entries_of(df: pd.DataFrame, kind: ResultKind) -> list[dict]:
+    return {E2E: e2e_gab_entries, TRACE: trace_gab_entries}.get(kind, gab_entries)(df)
+
+
 def to_gab(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
-    return json.dumps(e2e_gab_entries(df) if kind is E2E else gab_entries(df), indent=2) + "\n"
+    return json.dumps(entries_of(df, kind), indent=2) + "\n"
 
 
 # ---- Bencher Metric Format --------------------------------------------------------------------------
@@ -136,7 +146,7 @@ def to_bmf(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
     """Bencher Metric Format: {benchmark name: {"latency": {value, lower_value, upper_value}}} in ns,
     named as the gab entries are (a series keeps its name from run to run); the bounds are the row's
     p10..p90 (an e2e row: p50..p90)."""
-    entries = e2e_gab_entries(df) if kind is E2E else gab_entries(df)
+    entries = entries_of(df, kind)
     timed = df[df["verdict"].isin(MEASURED)]
     scale = NS_PER[kind.unit]
     low_col, high_col = kind.spread
@@ -157,6 +167,9 @@ def to_markdown(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
     libraries = ", ".join(sorted({f"{b} ({lib} {v})" for b, lib, v in
                                   df[["backend", "library", "library_version"]].dropna().itertuples(index=False)}))
     meaning = ratio_clause(df["strategy"].dropna().unique())
+    if kind is TRACE:
+        return (f"**{gpu}**: {libraries}; served trace, each metric's median over the serves (min-max), ms\n\n"
+                + e2e_markdown(metrics_table(df, TRACE_METRICS)))
     if kind is E2E:
         return f"**{gpu}**: {libraries}; p50 request latency, s{meaning}\n\n" + e2e_markdown(e2e_table(df))
     lines = [f"**{gpu}**: {libraries}; median ms{meaning}", ""]
@@ -169,7 +182,7 @@ def to_markdown(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
 
 def to_csv(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
     """results.csv's columns and order, so `compare` and `plot` read the export like a run."""
-    return (df if kind is E2E else df[[c for c in COLUMNS if c in df.columns]]).to_csv(index=False)
+    return (df if kind in (E2E, TRACE) else df[[c for c in COLUMNS if c in df.columns]]).to_csv(index=False)
 
 
 FORMATS = {"gab": to_gab, "bmf": to_bmf, "md": to_markdown, "csv": to_csv}

@@ -23,7 +23,7 @@ from pathlib import Path
 from attnbench.errors import AttnbenchError
 from attnbench.results.env import RESUME_MUST_MATCH, env_value
 from attnbench.results.files import read_agreement_table, read_table
-from attnbench.results.read import ResultKind, canonical, load_run, row_default
+from attnbench.results.read import TRACE, ResultKind, canonical, load_run, row_default
 from attnbench.results.schema import read_env
 from attnbench.results.shards import check_split, shares_of
 from attnbench.results.telemetry import read_telemetry
@@ -65,6 +65,8 @@ def read_run_dir(path: Path) -> MergeInput:
         if not os.path.isfile(path / name):
             raise AttnbenchError(f"{path} is not a run directory: it holds no {name}")
     run = load_run(path, str(path))  # every check of a results file: kind, columns, numbers, one row per key
+    if run.kind is TRACE:
+        raise AttnbenchError(f"{path} is {run.kind.describe()}: merge takes kernel sweeps and e2e grid runs")
     env = read_env(path / "env.json")
     header, rows = read_table(path / "results.csv", {})  # as text: the checks above have passed
     tables = {name: read(path / name) for name, read in EXTRA_TABLES.items()

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from attnbench.e2e.rows import E2E_ADDED_KEYS, E2E_KEY, E2E_ROW_PARTS
+from attnbench.e2e.serve_metrics import TraceMetric
 from attnbench.errors import AttnbenchError
 from attnbench.kernels import rows
 from attnbench.kernels.workload import KINDS, SweepPoint
@@ -41,9 +42,10 @@ class ResultKind:
     markers: tuple[str, ...]      # columns only this kind of file has
     defaults: tuple[tuple[str, object], ...] = ()  # key columns older files lack, and the value they meant
     types: tuple[tuple[str, type], ...] = ()  # every column's type, off the row dataclasses: int, float or str
+    replicates: str = "replicate_medians_ms"  # each replicate's (serve's) value, space-separated: compare's Welch interval
 
     def describe(self) -> str:
-        return "a kernel sweep (attnbench kernel / run)" if self.name == "kernel" else "an e2e run (attnbench e2e)"
+        return DESCRIBED[self.name]
 
 
 def _is_number(f: Field) -> bool:
@@ -67,7 +69,17 @@ E2E = ResultKind(
     markers=("input_len", "request_p50_s"),
     defaults=E2E_ADDED_KEYS,  # e2e/rows.py: what files from before --tp and --cudagraph meant
     types=tuple(column_types(*E2E_ROW_PARTS).items()))
-RESULT_KINDS = (KERNEL, E2E)
+TRACE = ResultKind(
+    "trace", ("model", "dtype", "block_size", "chunk_size", "max_num_seqs", "arrivals", "trace", "backend", "strategy",
+              "mode", "metric"), "serve_median_ms", "ms", ("serve_min_ms", "serve_max_ms"),
+    key_numbers=("block_size", "chunk_size", "max_num_seqs"),
+    numbers=("serve_median_ms", "serve_min_ms", "serve_max_ms", "serves", "graphs_captured_while_serving"),
+    optional=("serve_min_ms", "serve_max_ms", "serves", "serves_ms", "agreement", "gpu", "library", "library_version",
+              "reason"),
+    markers=("metric", "serves_ms"), types=tuple(column_types(TraceMetric).items()), replicates="serves_ms")
+RESULT_KINDS = (KERNEL, E2E, TRACE)
+DESCRIBED = {"kernel": "a kernel sweep (attnbench kernel / run)", "e2e": "an e2e run (attnbench e2e)",
+             "trace": "a served trace (attnbench e2e --trace)"}
 
 
 def row_default(kind: ResultKind, column: str, row: dict) -> object:
@@ -144,6 +156,8 @@ def checked(df: pd.DataFrame, kind: ResultKind, source: Path) -> pd.DataFrame:
             raise AttnbenchError(f"{source} row {_row(unknown)}: kind {df['kind'][unknown].iloc[0]!r} is not a "
                                  f"batch kind ({', '.join(KINDS)})")
         _check_samples(df, source)
+    if kind is TRACE:
+        _check_times_cells(df, kind.replicates, source)
     _check_unique(df, kind, source)
     return df
 

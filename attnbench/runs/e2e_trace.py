@@ -1,19 +1,22 @@
-"""`attnbench e2e --trace FILE` as a job: the engine serves a request trace once per backend x strategy.
+"""`attnbench e2e --trace FILE` as a job: the engine serves a request trace --iters times per backend x strategy.
 
 Why: a grid point is a batch that arrives at once; a serving workload is a stream. Here the trace's
 requests (a vLLM timed trace or a BurstGPT CSV, read by traces/requests.py) are served by the
 e2e engine with continuous batching (e2e/serving.py), arrivals honoured or all at once, and each
-backend x strategy reports what `vllm bench serve` prints (e2e/serve_metrics.py). Per backend, each
-strategy first serves the trace untimed (the check serve: graphs captured, greedy logits recorded
-for the agreement between strategies, as the grid's check run), then once measured. One measured
-serve per choice gives no interval, so no row says which choice is faster; on the CPU the run is a
-pipeline demo on the trace's first few requests, said in one line.
+backend x strategy reports what `vllm bench serve` prints (e2e/serve_metrics.py). This module
+decides what runs (model, backends, graphs, memory) and writes the files; e2e_trace_serves.py
+spends the time: every graph captured and an untimed check serve per choice, then measured serves
+in rounds. Each metric is reported as the median over the serves with their range, and split is
+called faster or slower than unified only where the paired serves' interval says so
+(results/trace_results.py); on the CPU the run is a pipeline demo on the trace's first few
+requests, said in one line, with no verdict.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,31 +25,28 @@ from rich.console import Console
 
 from attnbench.console import default_out_dir
 from attnbench.device import device_name, resolve_device
-from attnbench.e2e.agreement import FAILING, compare_generations, worst
 from attnbench.e2e.args import E2EArgs, check_backends, run_backends, validate_args
-from attnbench.e2e.engine import Engine, estimate_bytes
+from attnbench.e2e.engine import estimate_bytes
 from attnbench.e2e.modes import GraphChoice, choose_graphs, cudagraph_of
 from attnbench.e2e.model import ModelArgs
 from attnbench.e2e.presets import GPU_DEFAULTS
-from attnbench.e2e.runner import ModelSpec, attention_point, check_fits, resolve_model, row_head
-from attnbench.e2e.serve_metrics import request_row, summarize
-from attnbench.e2e.serving import Served, serve, trace_prompts
-from attnbench.errors import AttnbenchError, Interrupted, UsageError, error_reason
+from attnbench.e2e.runner import attention_point, check_fits, resolve_model
+from attnbench.errors import AttnbenchError, Interrupted, UsageError
 from attnbench.interrupts import SignalReceived, signal_of, signals_raise
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.notices import cpu_run_line
-from attnbench.kernels.rows import cells
-from attnbench.kernels.sweep import failure_verdict
 from attnbench.kernels.workload import DTYPE_ALIASES
 from attnbench.results.e2e_trace_report import write_trace_outputs
 from attnbench.results.env import collect
 from attnbench.runs.e2e_files import model_env
+from attnbench.runs.e2e_trace_serves import serve_choices
 from attnbench.runs.resume import sweep_record
 from attnbench.runs.rundir import RunDir
 from attnbench.traces.requests import TimedRequest, read_burstgpt, read_timed
 
-CPU_REQUESTS = 2  # on the CPU: the trace's first few requests, a pipeline demo well under a minute
+CPU_REQUESTS = 1  # on the CPU: the trace's first request, served 2 times per choice, a pipeline demo under a minute
+SERVES = {"cpu": 2, "cuda": 3}  # --iters when not given: measured serves per choice (2: the fewest with an interval)
 MAX_RUNNING = 128  # --max-num-seqs when not given: every request, up to vLLM's usual cap
 
 
@@ -98,6 +98,8 @@ class TraceSetup:
     choices: dict[str, GraphChoice]
     parts: dict[str, int]
     left_out: str
+    serves: int  # measured serves per backend x strategy
+    max_step_tokens: int  # the most tokens one step can hold: every graph bucket up to it is captured up front
 
     @property
     def arrivals(self) -> list[float]:
@@ -128,10 +130,13 @@ def trace_setup(args: E2EArgs, trace: RequestTrace, device: torch.device) -> Tra
                                 args.graph_policy, none_by) for b in backends}
     elt = torch.empty((), dtype=torch_dtype(dtype_name)).element_size()
     prompts = sorted(r.input_len for r in trace.requests)
-    parts = estimate_bytes(margs, elt, seqs, longest, args.block_size, args.chunk_size or sum(prompts[-seqs:]),
+    step_tokens = min(args.chunk_size or sys.maxsize, sum(prompts[-seqs:]))  # a row: a chunk of a prompt, or 1
+    parts = estimate_bytes(margs, elt, seqs, longest, args.block_size, step_tokens,
                            sum(r.output_len for r in trace.requests) * len(args.strategy))
     check_fits(parts, args.model, device)
-    return TraceSetup(args, trace, margs, path, device, dtype_name, seqs, longest, backends, choices, parts, left_out)
+    serves = args.iters or SERVES.get(device.type, SERVES["cuda"])
+    return TraceSetup(args, trace, margs, path, device, dtype_name, seqs, longest, backends, choices, parts, left_out,
+                      serves, step_tokens)
 
 
 def run_trace(args: E2EArgs, console: Console, command: list[str]) -> Path:
@@ -145,11 +150,12 @@ def run_trace(args: E2EArgs, console: Console, command: list[str]) -> Path:
     with run.locked():  # every refusal is behind: from here on the run speaks
         if scaled:
             console.print(cpu_run_line(f"a pipeline demo on reference attention serving the trace's first "
-                                       f"{len(trace.requests)} requests, no verdicts", scaled),
+                                       f"{len(trace.requests)} request(s), no verdicts", scaled),
                           highlight=False, soft_wrap=True)
         env = trace_env(setup, command)
         run.write_env(env)
-        serves = "1 untimed check serve and 1 measured" if device.type == "cuda" else "1 measured serve"
+        serves = (f"every graph bucket captured and 1 untimed check serve, then {setup.serves} measured serves in rotated "
+                  "rounds" if device.type == "cuda" else f"{setup.serves} measured serves, the first also the check serve")
         console.print(f"{setup.margs.name} on {gpu or 'cpu'} serving {len(trace.requests)} requests of {trace.path} "
                       f"({args.arrivals} arrivals over {max(setup.arrivals):.3g} s, at most {setup.max_num_seqs} "
                       f"running) -> {run.path}; plan: {len(setup.backends)} backend(s) x {len(args.strategy)} "
@@ -166,8 +172,8 @@ def run_trace(args: E2EArgs, console: Console, command: list[str]) -> Path:
             write_trace_outputs(run, rows, requests, agreements, env, console)
     if stopped is not None:
         name, number = signal_of(stopped)
-        total = len(setup.backends) * len(args.strategy)
-        raise Interrupted(f"interrupted by {name} after {len(rows)} of {total} backend x strategy serves; {run.path} "
+        total = len(setup.backends) * len(args.strategy) * setup.serves
+        raise Interrupted(f"interrupted by {name} after {len(rows)} of {total} measured serves; {run.path} "
                           "holds what was served", number)
     if not any(r["verdict"] in ("pass", "fail") for r in rows):
         raise AttnbenchError(f"no backend x strategy served the trace; the reasons are in {run.path}/trace.csv")
@@ -182,93 +188,8 @@ def trace_env(setup: TraceSetup, command: list[str]) -> dict:
                   "max_num_seqs": setup.max_num_seqs,
                   "memory_estimate_gib": {k: round(v / 2**30, 3) for k, v in setup.parts.items()},
                   "graphs": {b: c.note for b, c in setup.choices.items()}, "cudagraph": cudagraph_of(args).value,
-                  "graph_policy": args.graph_policy}
+                  "graph_policy": args.graph_policy, "serves": setup.serves, "max_step_tokens": setup.max_step_tokens}
     env["trace"] = setup.trace.record(args.arrivals)
     env["sweep"] = sweep_record("e2e", args, {"model": margs.name, "backend": setup.backends,
                                               "cudagraph": cudagraph_of(args).value}, leave_out=("eager",))
     return env
-
-
-def serve_choices(setup: TraceSetup, console: Console, rows: list[dict], request_rows: list[dict],
-                  agreements: list[dict]) -> None:
-    """Every backend x strategy: check serves, then measured serves, each row, its requests' rows and
-    the agreements added as they come (an interrupted run keeps what was served)."""
-    args, reqs = setup.args, setup.trace.requests
-    spec = ModelSpec(setup.margs, setup.path, setup.dtype_name, setup.device, args.seed, setup.max_num_seqs,
-                     setup.max_model_len, args.block_size, args.chunk_size)
-    engines = spec.build()
-    prompts = trace_prompts([r.input_len for r in reqs], setup.margs.vocab_size, args.seed)
-    outputs = [r.output_len for r in reqs]
-    base = {"model": setup.margs.name, "params_b": round(setup.margs.num_params / 1e9, 6), "dtype": setup.dtype_name,
-            "block_size": args.block_size, "chunk_size": args.chunk_size or 0, "device": setup.device.type,
-            "gpu": device_name(setup.device) or "cpu", "arrivals": args.arrivals, "max_num_seqs": setup.max_num_seqs}
-    for backend, choice in setup.choices.items():
-        heads = {s: row_head(base, backend, s, choice, args.graph_policy) for s in args.strategy}
-        checks: dict[str, Served] = {}
-        for strategy, head in heads.items():  # the check serves first: every graph captured before a timed one
-            try:
-                engine = engines.engine(backend, strategy, choice.cudagraph, args.graph_policy)
-                if setup.device.type == "cuda":
-                    checks[strategy] = serve(engine, setup.arrivals, prompts, outputs, record_logits=True)
-            except Exception as exc:  # noqa: BLE001  one failed row must not lose the others
-                head.update(verdict=failure_verdict(exc), reason=error_reason(exc))
-        for strategy, head in heads.items():
-            if "verdict" not in head:
-                request_rows += measure(engines.engine(backend, strategy, choice.cudagraph, args.graph_policy),
-                                        head, checks, setup.arrivals, prompts, outputs)
-            rows.append(head)
-            console.print(progress_line(head), highlight=False, soft_wrap=True)
-        agreements += strategy_agreements(backend, choice, checks, heads)
-        checks.clear()  # free the recorded logits before the next backend
-
-
-def measure(engine: Engine, head: dict, checks: dict[str, Served], arrivals: list[float], prompts: list,
-            outputs: list[int]) -> list[dict]:
-    """The measured serve of one choice: its row's measures (into `head`) and its per-request rows.
-    On the CPU nothing is captured or compiled, so the measured serve is its own check serve (its
-    logits recorded for the agreement) and the demo costs one serve per choice."""
-    strategy = head["strategy"]
-    try:
-        before = engine.graph_stats()[0]
-        served = serve(engine, arrivals, prompts, outputs, record_logits=strategy not in checks)
-        check = checks.setdefault(strategy, served)
-        same = sum(a == b for x, y in zip(served.tokens, check.tokens) for a, b in zip(x, y)) / sum(outputs)
-        head.update(cells(dataclasses.replace(summarize(served), verdict="pass", reason="", tokens_as_check=same,
-                                              graphs_captured_while_serving=engine.graph_stats()[0] - before)),
-                    finite=all(bool(torch.isfinite(x).all()) for x in check.logits))
-    except Exception as exc:  # noqa: BLE001  one failed row must not lose the others
-        head.update(verdict=failure_verdict(exc), reason=error_reason(exc))
-        return []
-    label = {k: head[k] for k in ("backend", "strategy", "mode")}
-    return [{**label, **request_row(i, r)} for i, r in enumerate(served.requests)]
-
-
-def strategy_agreements(backend: str, choice: GraphChoice, checks: dict[str, Served], heads: dict[str, dict]) -> list[dict]:
-    """Each strategy's check serve against unified's (greedy tokens, logits where inputs were equal);
-    each row's agreement is the worst it is in, and a failing one fails the row."""
-    mode = heads[next(iter(heads))]["mode"]
-    found = []
-    for strategy, run in checks.items():
-        ref = checks.get("unified")
-        if strategy == "unified" or ref is None:
-            continue
-        result = compare_generations(ref.tokens, ref.logits, run.tokens, run.logits)
-        found.append({"backend": backend, "cudagraph": choice.cudagraph.value, "reference": f"unified {mode}",
-                      "run": f"{strategy} {mode}", **result.row()})
-    for strategy, head in heads.items():
-        mine = [a["verdict"] for a in found if f"{strategy} {mode}" in (a["reference"], a["run"])]
-        head["agreement"] = worst(mine)
-        problems = [f"agreement {head['agreement']}" if head["agreement"] in FAILING else "",
-                    "" if head.get("finite", True) else "logits have NaN/inf"]
-        if head.get("verdict") == "pass" and any(problems):
-            head.update(verdict="fail", reason="; ".join(p for p in problems if p))
-    return found
-
-
-def progress_line(row: dict) -> str:
-    """One line per served choice as it finishes."""
-    name = f"{row['backend']} {row['strategy']} {row['mode']}"
-    if row.get("verdict") not in ("pass", "fail"):
-        return f"{name}: {row.get('verdict')} ({row.get('reason')})"
-    return (f"{name}: {row['requests']} requests in {row['duration_s']:.2f} s; TTFT p50 {row['ttft_p50_ms']:.1f} ms, "
-            f"TPOT p50 {row['tpot_p50_ms']:.2f} ms")

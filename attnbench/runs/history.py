@@ -16,7 +16,7 @@ from pathlib import Path
 from attnbench.errors import UsageError
 from attnbench.results.atomic import write_text_atomic
 from attnbench.results.history import (INDEX, RUNS, Entry, in_order, index_text, new_entry, read_index)
-from attnbench.results.read import load_run
+from attnbench.results.read import TRACE, load_run
 from attnbench.results.schema import read_env
 
 
@@ -52,7 +52,10 @@ def add(run: Path, history: Path, commit: str | None, date: str | None, replace:
     if inside == os.path.realpath(run) or inside.startswith(os.path.realpath(run) + os.sep):
         raise UsageError(f"--history: {history} is inside RUN {run}; give a history directory outside the run")
     check_history(history, must_exist=False)
-    entry = new_entry(load_run(run, "RUN"), read_env(run / "env.json", f"RUN: {run / 'env.json'}"), run, commit, date)
+    loaded = load_run(run, "RUN")
+    if loaded.kind is TRACE:
+        raise UsageError(f"RUN: {run} is {loaded.kind.describe()}; history keeps kernel sweeps, e2e grid and replay runs")
+    entry = new_entry(loaded, read_env(run / "env.json", f"RUN: {run / 'env.json'}"), run, commit, date)
     entries = read_index(history)
     same = [e for e in entries if e.key() == entry.key()]
     if same and not replace:
