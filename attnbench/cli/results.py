@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from attnbench.cli.atlas_results import any_atlas, export_atlas, plot_atlas_run, refuse_compare
 from attnbench.cli.common import fail, user_errors
 from attnbench.cli.options import list_of
 from attnbench.console import make_console
@@ -58,6 +59,8 @@ def compare(
 
     console = make_console()
     with user_errors(console):
+        if atlas := any_atlas([base, new]):
+            refuse_compare(atlas)
         smallest = cmp.parse_threshold(threshold)
         runs = [load_run(base, "BASE"), load_run(new, "NEW")]
         kind = one_kind(runs, "compare")
@@ -129,10 +132,13 @@ def export(
     with user_errors(console):
         if fmt not in FORMATS:
             raise UsageError(f"--format: unknown format {fmt!r}; choose {', '.join(FORMATS)}")
-        run = load_run(results, "RESULTS")
-        text = FORMATS[fmt](run.rows, run.kind)
+        if any_atlas([results]):
+            text, inputs = export_atlas(results, fmt)
+        else:
+            run = load_run(results, "RESULTS")
+            text, inputs = FORMATS[fmt](run.rows, run.kind), [run]
         if out:
-            write_output(out, text, "--out", [run])
+            write_output(out, text, "--out", inputs)
     if out:
         console.print(f"{fmt}: {escape(str(out))}", highlight=False)
     else:
@@ -156,6 +162,8 @@ def plot(
 
     console = make_console()
     with user_errors(console):
+        if any_atlas(results):
+            return plot_atlas_run(console, results, out)
         labels = run_labels(results, label)
         names = ["RESULTS"] if len(results) == 1 else [f"RESULTS {i + 1}" for i in range(len(results))]
         runs = [load_run(path, name) for path, name in zip(results, names)]
