@@ -4,8 +4,9 @@ Why apart from cli/results.py: an atlas is read through its cells, crossovers an
 (results/atlas_read.py), not as a kernel sweep's rows, so each tool takes one branch here when an
 input is an atlas, and cli/results.py keeps one line per command for it. plot redraws the atlas's
 own pictures (results/atlas_plots.py) in its directory (under its lock, each replaced atomically)
-or in --out; export writes its cells table (csv) or its summary (md); compare of atlases is
-refused with what to use instead. An atlas is read alone: with any other run, one error line.
+or in --out; export writes its cells table (csv) or its summary (md); compare and merge of
+atlases are refused with what to use instead. An atlas is read alone: with any other run, one
+error line.
 """
 
 from __future__ import annotations
@@ -65,6 +66,12 @@ def refuse_compare(atlas: Path) -> None:
     raise UsageError(f"compare: {atlas} is an atlas run; compare pairs rows of sweeps and e2e runs, not atlas "
                      "cells: draw each atlas with `attnbench plot`, or diff their `attnbench export DIR --format "
                      "csv` cells tables")
+
+
+def refuse_merge(atlas: Path) -> None:
+    raise UsageError(f"merge: {atlas} is an atlas run; an atlas is never split into shards (each round needs "
+                     "every cell of the one before): extend it with `attnbench atlas` and its flags with --resume "
+                     f"{atlas} (a larger --max-cells refines further)")
 
 
 def alone(paths: list[Path], tool: str, why: str) -> None:
