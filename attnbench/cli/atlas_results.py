@@ -11,6 +11,7 @@ error line.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -46,8 +47,9 @@ def plot_atlas_run(console: Console, results: list[Path], out: Path | None) -> N
         console.print(escape(str(path)), highlight=False)
 
 
-def export_atlas(results: Path, fmt: str) -> tuple[str, list]:
-    """(text, the atlas read): the cells table for csv, the summary (as summary.md) for md."""
+def export_atlas(results: Path, fmt: str, out: Path | None) -> tuple[str, list]:
+    """(text, the atlas read): the cells table for csv, the summary (as summary.md) for md; an
+    --out that is a file of the atlas (cells.csv, a picture) is refused before anything is written."""
     from attnbench.results.atlas_read import load_atlas
     from attnbench.results.atlas_report import summary_text
     from attnbench.results.figures import is_cpu
@@ -56,6 +58,8 @@ def export_atlas(results: Path, fmt: str) -> tuple[str, list]:
         raise UsageError(f"--format: {results} is an atlas run, whose cells are no benchmark series for {fmt}; "
                          "give --format csv (its cells table) or md (its summary)")
     atlas = load_atlas(results, "RESULTS")
+    if out is not None and os.path.realpath(out) in {os.path.realpath(p) for p in atlas.path.iterdir()}:
+        raise UsageError(f"--out: {out} is part of the atlas being read; writing it would overwrite it")
     if fmt == "csv":
         return atlas.cells.to_csv(index=False), [atlas]
     cpu = is_cpu(atlas.rows)

@@ -133,7 +133,7 @@ def export(
         if fmt not in FORMATS:
             raise UsageError(f"--format: unknown format {fmt!r}; choose {', '.join(FORMATS)}")
         if any_atlas([results]):
-            text, inputs = export_atlas(results, fmt)
+            text, inputs = export_atlas(results, fmt, out)
         else:
             run = load_run(results, "RESULTS")
             text, inputs = FORMATS[fmt](run.rows, run.kind), [run]
