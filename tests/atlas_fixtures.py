@@ -22,8 +22,7 @@ TINY = ["atlas", "--decode-share", "0:1:2", "--decode-context", "16", "--chunk",
 @pytest.fixture(scope="session")
 def atlas_made(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("atlas") / "run"
-    result = invoke(*TINY, "--out", out)
-    assert result.exit_code == 0, result.output
+    assert (made := invoke(*TINY, "--out", out)).exit_code == 0, made.output
     return out
 
 

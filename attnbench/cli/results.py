@@ -122,6 +122,8 @@ def export(
 ) -> None:
     """Write saved results as github-action-benchmark JSON, Bencher Metric Format JSON, a Markdown table or CSV.
 
+    An atlas run (attnbench atlas): its cells table (csv) or its summary (md).
+
     Example: attnbench export results/h200 --format gab --out bench.json
     Example: attnbench export results/h200 --format bmf --out bmf.json
     """
@@ -154,6 +156,7 @@ def plot(
 
     Overlay two GPUs, two library versions, or a run before and after a change. Each PNG's title
     says the device, library versions, dtype, context and mode; CPU runs are marked as demos.
+    An atlas run (attnbench atlas) is drawn alone, as its own winner maps and margin curves.
 
     Example: attnbench plot results/h100 results/h200 --label h100 --label h200 --out plots
     """
