@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
 from rich.markup import escape
@@ -29,9 +30,9 @@ def any_atlas(paths: list[Path]) -> Path | None:
     return next((p for p in paths if atlas_dir(p) is not None), None)
 
 
-def plot_atlas_run(console: Console, results: list[Path], out: Path | None) -> None:
-    """Redraw one atlas's maps and margin curves from its cells.csv, crossovers.csv and env.json."""
-    from attnbench.cli.results import plot_target
+def plot_atlas_run(console: Console, results: list[Path], out: Path | None, plot_target: Callable) -> None:
+    """Redraw one atlas's maps and margin curves from its cells.csv, crossovers.csv and env.json,
+    where plot_target (cli/results.py's: its own directory under its lock, or --out) says."""
     from attnbench.results.atlas_plots import pictures
     from attnbench.results.atlas_read import load_atlas
 

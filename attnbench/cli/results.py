@@ -166,7 +166,7 @@ def plot(
     console = make_console()
     with user_errors(console):
         if any_atlas(results):
-            return plot_atlas_run(console, results, out)
+            return plot_atlas_run(console, results, out, plot_target)
         labels = run_labels(results, label)
         names = ["RESULTS"] if len(results) == 1 else [f"RESULTS {i + 1}" for i in range(len(results))]
         runs = [load_run(path, name) for path, name in zip(results, names)]
