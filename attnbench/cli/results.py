@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from attnbench.cli.atlas_results import any_atlas, export_atlas, plot_atlas_run, refuse_compare
+from attnbench.cli.atlas_results import any_atlas, compare_atlas_runs, export_atlas, plot_atlas_run
 from attnbench.cli.common import fail, user_errors
 from attnbench.cli.options import list_of
 from attnbench.console import make_console
@@ -59,8 +59,10 @@ def compare(
 
     console = make_console()
     with user_errors(console):
-        if atlas := any_atlas([base, new]):
-            refuse_compare(atlas)
+        if any_atlas([base, new]):
+            if compare_atlas_runs(console, base, new, threshold, markdown, ignore):
+                raise typer.Exit(1)
+            return
         smallest = cmp.parse_threshold(threshold)
         runs = [load_run(base, "BASE"), load_run(new, "NEW")]
         kind = one_kind(runs, "compare")
