@@ -1,5 +1,6 @@
 """Bad inputs for plot, export, compare and merge on an atlas run (issue 22): each ends in one
-`error:` line, exit 1, no traceback, and changes nothing on disk (the atlas, the run beside it)."""
+`error:` line, exit 1, no traceback, and changes nothing on disk (the atlas, the run beside it).
+A damaged atlas is given to each of plot, export and compare (as NEW, beside a whole one)."""
 
 from __future__ import annotations
 
@@ -46,12 +47,13 @@ DAMAGE = {  # name: (how the atlas copy is damaged, what the error names)
 
 
 @pytest.mark.parametrize("damage", DAMAGE, ids=list(DAMAGE))
-@pytest.mark.parametrize("tool", ["plot", "export"])
-def test_a_damaged_atlas_is_refused_and_nothing_changes(snapshot, atlas, damage, tool):
+@pytest.mark.parametrize("tool", ["plot", "export", "compare"])
+def test_a_damaged_atlas_is_refused_and_nothing_changes(snapshot, atlas_made, atlas, damage, tool):
     spoil, named = DAMAGE[damage]
     spoil(atlas)
     before = snapshot(atlas.parent)
-    args = ["plot", atlas] if tool == "plot" else ["export", atlas, "--format", "csv"]
+    args = {"plot": ["plot", atlas], "export": ["export", atlas, "--format", "csv"],
+            "compare": ["compare", atlas_made, atlas]}[tool]
     assert_one_error_line(invoke(*args), named)
     assert snapshot(atlas.parent) == before
 
@@ -67,8 +69,12 @@ MISUSE = {  # name: (the command, what the error names)
     "export --format bmf": (lambda a: ["export", a, "--format", "bmf"], "--format csv"),
     "export --out its cells.csv": (lambda a: ["export", a, "--format", "csv", "--out", a / "cells.csv"], "--out"),
     "export --out its results.csv": (lambda a: ["export", a, "--format", "md", "--out", a / "results.csv"], "--out"),
-    "compare two atlases": (lambda a: ["compare", a, a], "atlas run"),
     "compare a sweep with an atlas": (lambda a: ["compare", a.parent / "sweep", a], "atlas run"),
+    "compare an atlas with a sweep": (lambda a: ["compare", a, a.parent / "sweep"], "atlas run"),
+    "compare atlases --ignore": (lambda a: ["compare", a, a, "--ignore", "mode"], "--ignore"),
+    "compare atlases --threshold": (lambda a: ["compare", a, a, "--threshold", "lots"], "--threshold"),
+    "compare --markdown its cells.csv": (lambda a: ["compare", a, a, "--markdown", a / "cells.csv"], "--markdown"),
+    "compare --markdown its env.json": (lambda a: ["compare", a, a, "--markdown", a / "env.json"], "--markdown"),
     "merge an atlas": (lambda a: ["merge", a, "--out", a.parent / "merged"], "--resume"),
     "merge a sweep and an atlas": (lambda a: ["merge", a.parent / "sweep", a, "--out", a.parent / "m"], "shards"),
 }
