@@ -44,7 +44,8 @@ def compare(
     runs' own p10..p90 spread (one run's samples cannot see drift between runs); a row that stores
     no spread gets no verdict (-). CPU timings get no verdict at all (the output says why once):
     identical CPU runs differ by more than a gate can tell from a change. e2e runs compare their
-    p50 request latency. Find the threshold for your runner with `attnbench calibrate`.
+    p50 request latency. Find the threshold for your runner with `attnbench calibrate`. Two atlas
+    runs (attnbench atlas) pair their cells: each choice judged per cell, moved winners listed.
 
     Exit status: 0 when no regression is shown, including when no row could be judged (CPU
     timings); 1 when a row is slower beyond threshold and noise, or a row that passed the accuracy
