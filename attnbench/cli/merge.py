@@ -30,8 +30,11 @@ def merge(
 
     Example: attnbench merge runs/shard-0 runs/shard-1 runs/shard-2 runs/shard-3 --out runs/all
     """
+    from attnbench.cli.atlas_results import any_atlas, refuse_merge
     from attnbench.runs.merge import run_merge
 
     console = make_console()
     with user_errors(console):
+        if atlas := any_atlas(runs):
+            refuse_merge(atlas)
         run_merge(runs, out, allow_mixed, partial, force, shlex.join(command_line()), console)

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from attnbench.cli.atlas_results import any_atlas, compare_atlas_runs, export_atlas, plot_atlas_run
 from attnbench.cli.common import fail, user_errors
 from attnbench.cli.options import list_of
 from attnbench.console import make_console
@@ -43,7 +44,8 @@ def compare(
     runs' own p10..p90 spread (one run's samples cannot see drift between runs); a row that stores
     no spread gets no verdict (-). CPU timings get no verdict at all (the output says why once):
     identical CPU runs differ by more than a gate can tell from a change. e2e runs compare their
-    p50 request latency. Find the threshold for your runner with `attnbench calibrate`.
+    p50 request latency. Find the threshold for your runner with `attnbench calibrate`. Two atlas
+    runs (attnbench atlas) pair their cells: each choice judged per cell, moved winners listed.
 
     Exit status: 0 when no regression is shown, including when no row could be judged (CPU
     timings); 1 when a row is slower beyond threshold and noise, or a row that passed the accuracy
@@ -58,6 +60,10 @@ def compare(
 
     console = make_console()
     with user_errors(console):
+        if any_atlas([base, new]):
+            if compare_atlas_runs(console, base, new, threshold, markdown, ignore):
+                raise typer.Exit(1)
+            return
         smallest = cmp.parse_threshold(threshold)
         runs = [load_run(base, "BASE"), load_run(new, "NEW")]
         kind = one_kind(runs, "compare")
@@ -119,6 +125,8 @@ def export(
 ) -> None:
     """Write saved results as github-action-benchmark JSON, Bencher Metric Format JSON, a Markdown table or CSV.
 
+    An atlas run (attnbench atlas): its cells table (csv) or its summary (md).
+
     Example: attnbench export results/h200 --format gab --out bench.json
     Example: attnbench export results/h200 --format bmf --out bmf.json
     """
@@ -129,10 +137,13 @@ def export(
     with user_errors(console):
         if fmt not in FORMATS:
             raise UsageError(f"--format: unknown format {fmt!r}; choose {', '.join(FORMATS)}")
-        run = load_run(results, "RESULTS")
-        text = FORMATS[fmt](run.rows, run.kind)
+        if any_atlas([results]):
+            text, inputs = export_atlas(results, fmt, out)
+        else:
+            run = load_run(results, "RESULTS")
+            text, inputs = FORMATS[fmt](run.rows, run.kind), [run]
         if out:
-            write_output(out, text, "--out", [run])
+            write_output(out, text, "--out", inputs)
     if out:
         console.print(f"{fmt}: {escape(str(out))}", highlight=False)
     else:
@@ -148,6 +159,7 @@ def plot(
 
     Overlay two GPUs, two library versions, or a run before and after a change. Each PNG's title
     says the device, library versions, dtype, context and mode; CPU runs are marked as demos.
+    An atlas run (attnbench atlas) is drawn alone, as its own winner maps and margin curves.
 
     Example: attnbench plot results/h100 results/h200 --label h100 --label h200 --out plots
     """
@@ -156,6 +168,8 @@ def plot(
 
     console = make_console()
     with user_errors(console):
+        if any_atlas(results):
+            return plot_atlas_run(console, results, out, plot_target)
         labels = run_labels(results, label)
         names = ["RESULTS"] if len(results) == 1 else [f"RESULTS {i + 1}" for i in range(len(results))]
         runs = [load_run(path, name) for path, name in zip(results, names)]
