@@ -1,8 +1,11 @@
 """The dashboard in a real browser: headless Chromium (Debian's package) driven by Playwright.
 
 The site is built from the synthetic history of tests/history_fixtures.py and opened from file://.
-Checked as a person would see it: every chart draws with no console error, a filter changes what
-is drawn, and the planted step's commit carries the change-point marker in the drawn chart. The
+Checked as a person would see it: the charts drawn at load are the charts in view, and scrolling
+draws the others; every chart draws with no console error, a filter changes what is drawn, and the
+planted step's commit carries the change-point marker in the drawn chart. Each check runs on the
+page with the installed plotly's full bundle, and again with the partial bundle named by
+ATTNBENCH_PLOTLY_JS (a plotly-basic.min.js; .ci/run fetches it with npm) when that is set. The
 render time is printed (pytest -s), not asserted: timing belongs to benchmarks/dashboard_render.py.
 Skips with a reason when Chromium or Playwright is missing (.ci/run installs both).
 """
@@ -17,6 +20,7 @@ import pytest
 from bad_input_cli import invoke
 from history_fixtures import DRAW_ALL, STEP_AT, commit_of, make_history
 
+PARTIAL_BUNDLE = os.environ.get("ATTNBENCH_PLOTLY_JS")
 CHROMIUM = os.environ.get("ATTNBENCH_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)")
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
@@ -25,13 +29,20 @@ pytest.importorskip("plotly", reason="the dashboard extra (plotly) is not instal
 DRAWN = """() => Array.from(document.querySelectorAll('.chart')).filter(d => !d.hidden).map(d => ({
     title: d.dataset.title, stale: d.dataset.stale, svg: d.querySelectorAll('.main-svg').length, lines: d.querySelectorAll('.scatterlayer .trace').length,
     data: (d.data || []).map(t => ({backend: t.meta.backend, role: t.meta.role || 'line', x: t.x}))}))"""
+IN_VIEW = """() => Array.from(document.querySelectorAll('.chart')).filter(d => !d.hidden).map(d => {
+    const r = d.getBoundingClientRect();
+    return {title: d.dataset.title, drawn: d.dataset.stale === '0', inView: r.bottom > 0 && r.top < window.innerHeight};
+})"""
 
 
-@pytest.fixture(scope="module")
-def page(tmp_path_factory):
+@pytest.fixture(scope="module", params=["full", "partial"])
+def page(request, tmp_path_factory):
+    if request.param == "partial" and not PARTIAL_BUNDLE:
+        pytest.skip("ATTNBENCH_PLOTLY_JS names no partial plotly.js bundle (.ci/run fetches plotly-basic.min.js)")
     root = tmp_path_factory.mktemp("browser")
     history = make_history(root)[0]
-    assert invoke("dashboard", history, "--out", root / "site").exit_code == 0
+    bundle = ("--plotly-js", PARTIAL_BUNDLE) if request.param == "partial" else ()
+    assert invoke("dashboard", history, "--out", root / "site", *bundle).exit_code == 0
     errors: list[str] = []
     with sync_api.sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -40,9 +51,10 @@ def page(tmp_path_factory):
         tab.on("pageerror", lambda exc: errors.append(str(exc)))
         tab.goto((root / "site" / "index.html").as_uri())
         tab.wait_for_function("window.dashboardReady !== undefined", timeout=60_000)
-        print(f"\ndashboard drawn {tab.evaluate('window.dashboardReady'):.0f} ms after navigation "
-              f"(its script: {tab.evaluate('window.dashboardRenderMs'):.0f} ms)")
-        yield tab, errors
+        print(f"\ndashboard ({request.param} bundle) drawn {tab.evaluate('window.dashboardReady'):.0f} ms after "
+              f"navigation (its script: {tab.evaluate('window.dashboardRenderMs'):.0f} ms)")
+        at_load = {"charts": tab.evaluate(IN_VIEW), "drawn": tab.evaluate("window.dashboardDrawnAtLoad")}
+        yield tab, errors, at_load
         browser.close()
 
 
@@ -53,8 +65,23 @@ def drawn(tab) -> list[dict]:
     return charts
 
 
+def test_only_the_charts_in_view_draw_until_scrolled_to(page):
+    tab, errors, at_load = page
+    in_view = [c["title"] for c in at_load["charts"] if c["inView"]]
+    assert [c["title"] for c in at_load["charts"] if c["drawn"]] == in_view
+    assert 0 < len(in_view) == at_load["drawn"] < len(at_load["charts"])
+    tab.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+    tab.wait_for_function(f"({IN_VIEW})().every(c => c.drawn || !c.inView)", timeout=30_000)
+    now = tab.evaluate(IN_VIEW)
+    assert any(c["inView"] for c in now) and not set(c["title"] for c in now if c["inView"]) & set(in_view)
+    never_seen = {c["title"] for c in at_load["charts"] if not c["inView"]} - {c["title"] for c in now if c["inView"]}
+    assert never_seen and not any(c["drawn"] for c in now if c["title"] in never_seen)
+    tab.evaluate("window.scrollTo(0, 0)")
+    assert errors == []
+
+
 def test_every_chart_draws_without_a_console_error(page):
-    tab, errors = page
+    tab, errors, _ = page
     charts = drawn(tab)
     assert len(charts) == 12
     for chart in charts:
@@ -63,7 +90,7 @@ def test_every_chart_draws_without_a_console_error(page):
 
 
 def test_the_planted_step_carries_its_change_point_marker(page):
-    tab, _ = page
+    tab, _, _ = page
     for chart in drawn(tab):
         markers = [t for t in chart["data"] if t["role"] == "change"]
         expected = [("vllm-fa2", [commit_of(STEP_AT)[:8]])] * 2 if "H200" in chart["title"] else []
@@ -72,7 +99,7 @@ def test_the_planted_step_carries_its_change_point_marker(page):
 
 
 def test_filters_change_what_is_shown(page):
-    tab, errors = page
+    tab, errors, _ = page
     tab.select_option("#filter-gpu", "NVIDIA H100")
     assert tab.inner_text("#shown") == "6 of 12 charts shown"
     assert all("H100" in c["title"] for c in drawn(tab))

@@ -80,6 +80,10 @@ def dashboard(
                                                 "noise units; higher finds fewer. Example: --penalty 3")] = PENALTY,
     min_change: Annotated[str, typer.Option(help="Change points: the smallest change between the medians either "
                                                  "side that counts. Example: --min-change 2%")] = f"{MIN_CHANGE:.0%}",
+    plotly_js: Annotated[Optional[Path], typer.Option(help="Inline this plotly.js dist file (same version as the "
+                                                           "installed plotly) instead of the full bundle: a partial "
+                                                           "bundle loads faster (docs/guides/dashboard.md). Example: "
+                                                           "--plotly-js package/plotly-basic.min.js")] = None,
 ) -> None:
     """Write a history as a static site: trends per row with intervals, change points, filters, the latest runs.
 
@@ -100,7 +104,7 @@ def dashboard(
             smallest = parse_threshold(min_change)
         except UsageError as exc:
             raise UsageError(str(exc).replace("--threshold", "--min-change")) from None
-        written = build(history, out, force, Settings(penalty, smallest))
+        written = build(history, out, force, Settings(penalty, smallest), plotly_js)
     console.print(f"site: {escape(str(written))}", highlight=False)
 
 

@@ -19,22 +19,28 @@ function matches(attributes, chosen) {
 function draw(div) {
   const chart = DATA.charts[Number(div.dataset.index)];
   const traces = chart.figure.data.filter((trace) => matches(trace.meta, selection()));
-  Plotly.react(div, traces, {...chart.figure.layout, template: DATA.template}, CONFIG);
+  const drawn = Plotly.react(div, traces, {...chart.figure.layout, template: DATA.template}, CONFIG);
   div.dataset.stale = "0";
+  return drawn;
 }
 
-// a chart is drawn when it comes near the viewport, so the page is ready once the charts in view
-// are drawn, however many the history holds; observe() reports each chart's state once at once
-function ready() {
-  if (window.dashboardReady !== undefined) return;
-  window.dashboardReady = performance.now();  // ms since navigation: the page parsed, the charts in view drawn
-  window.dashboardRenderMs = window.dashboardReady - STARTED;  // this script alone
+// a chart is drawn only once it enters the viewport, so the page is ready once the charts in view are
+// drawn and painted, however many the history holds; observe() reports each chart's state once at once
+function ready(drawing) {
+  if (window.dashboardReady !== undefined || window.dashboardDrawing) return;
+  window.dashboardDrawing = true;
+  Promise.all(drawing).then(() => requestAnimationFrame(() => setTimeout(() => {  // after the next paint
+    window.dashboardReady = performance.now();  // ms since navigation: the charts in view drawn and painted
+    window.dashboardRenderMs = window.dashboardReady - STARTED;  // of which this script and the paint
+    window.dashboardDrawnAtLoad = drawing.length;
+  })));
 }
 
 const OBSERVER = new IntersectionObserver((seen) => {
-  for (const entry of seen) if (entry.isIntersecting && entry.target.dataset.stale === "1") draw(entry.target);
-  ready();
-}, {rootMargin: "600px"});
+  const drawing = [];
+  for (const entry of seen) if (entry.isIntersecting && entry.target.dataset.stale === "1") drawing.push(draw(entry.target));
+  ready(drawing);
+});
 
 function render() {
   const chosen = selection();
@@ -53,4 +59,4 @@ function render() {
 
 for (const name of FILTERS) document.getElementById("filter-" + name).addEventListener("change", render);
 render();
-if (!DATA.charts.length) ready();
+if (!DATA.charts.length) ready([]);

@@ -2,8 +2,9 @@
 
 Why one file with everything inside: a browser refuses to fetch a file beside a page opened from
 file://, and GitHub Pages serves what it is given; a page that carries its plotting library, its
-data and its script opens in both, offline, with no server. Figures are built with plotly's
-graph objects (checked against Plotly's schema here, not in the browser), one per chart; the
+data and its script opens in both, offline, with no server. The plotly.js inside is chosen by the
+job (runs/dashboard.py: the full bundle, or a partial one) and named in the method note. Figures
+are built with plotly's graph objects (checked against Plotly's schema here, not in the browser), one per chart; the
 page's script (dashboard.js) only chooses which of their lines to show.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+from dataclasses import dataclass
 from importlib import resources
 
 from attnbench.results.changepoints import MIN_SIZE
@@ -20,6 +22,13 @@ from attnbench.results.history import Entry
 
 FILTERS = ("gpu", "backend", "strategy", "kind", "shape")
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
+
+
+@dataclass(frozen=True)
+class PlotlyBundle:
+    name: str     # "full", or a partial bundle's name from its header ("basic - minified")
+    version: str  # plotly.js's version
+    text: str     # the script itself
 
 
 def short(commit: str) -> str:
@@ -87,20 +96,21 @@ def filter_controls(series: list[Series]) -> str:
     return "".join(parts) + '<span id="shown"></span>'
 
 
-def method_note(settings: Settings, entries: list[Entry]) -> str:
+def method_note(settings: Settings, entries: list[Entry], bundle: PlotlyBundle) -> str:
     first, last = entries[0].date[:10], entries[-1].date[:10]
     return (f"{len(entries)} runs filed, {first} to {last}. Each line is one row (backend, strategy) of one "
             "point on one GPU over the commits in date order; bars are the row's 95 % interval over replicate "
             "medians where the run has replicates, else its p10-p90 (e2e: p50-p90). Change points (red diamonds, "
             f"at the first run after the change): PELT (ruptures) with the L1 cost on log times in units of "
             f"the series' noise, penalty {settings.penalty:g} &middot; ln(n), segments of at least {MIN_SIZE} "
-            f"runs, changes of at least {settings.min_change:.1%} between the medians either side.")
+            f"runs, changes of at least {settings.min_change:.1%} between the medians either side. Charts are "
+            f"drawn as they scroll into view, with plotly.js v{html.escape(bundle.version)} ({html.escape(bundle.name)} "
+            "bundle).")
 
 
-def page(series: list[Series], entries: list[Entry], settings: Settings, winners: list[tuple[Entry, object]]) -> str:
+def page(series: list[Series], entries: list[Entry], settings: Settings, winners: list[tuple[Entry, object]],
+         bundle: PlotlyBundle) -> str:
     """The whole site: index.html."""
-    import plotly.offline
-
     commits = list(dict.fromkeys(e.commit for e in entries))
     drawn = charts(series, commits)
     templates = [c["figure"]["layout"].pop("template", None) for c in drawn]  # one copy, not one per chart
@@ -115,8 +125,8 @@ def page(series: list[Series], entries: list[Entry], settings: Settings, winners
         "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         "<title>attnbench history</title>", f"<style>{style}</style>",
-        f"<script>{plotly.offline.get_plotlyjs()}</script>", "</head><body>",
-        "<h1>attnbench history</h1>", f'<p class="method">{method_note(settings, entries)}</p>',
+        f"<script>{bundle.text}</script>", "</head><body>",
+        "<h1>attnbench history</h1>", f'<p class="method">{method_note(settings, entries, bundle)}</p>',
         f'<div id="filters">{filter_controls(series)}</div>',
         "<h2>Change points</h2>", changes_table(series),
         "<h2>Trends</h2>", f'<div id="charts">{divs}</div>',
