@@ -160,3 +160,15 @@ def test_rounds_refine_and_a_resume_with_a_larger_budget_measures_nothing_twice(
     assert above - below <= 0.1 * (above + below) / 2 or above - below == 1
     assert sorted(rows["round"].unique()) == list(range(rows["round"].max() + 1))
     assert "every crossover is located" in second.output  # (the tables, made from the CPU's cells, name no winner)
+
+
+def test_a_line_holding_several_crossovers_gets_one_margin_panel():
+    from attnbench.results.atlas_plots import _lines
+
+    base = {n: 1.0 for n in NAMES}
+    edges = pd.DataFrame([{**base, "axis": "tokens", "low": lo, "high": hi, "status": status}
+                          for lo, hi, status in ((1, 2, "open"), (4, 8, "located"), (16, 32, "open"))]
+                         + [{**base, "decode_share": 0.5, "axis": "tokens", "low": 1, "high": 2, "status": "open"}])
+    lines = _lines(pd.DataFrame([base]), edges, ["tokens", "decode_share"])
+    assert len(lines) == 2
+    assert [fixed["decode_share"] for _, fixed in lines] == [1.0, 0.5]

@@ -115,13 +115,14 @@ def map_figure(cells: pd.DataFrame, x: str, y: str, others: list[str], rows: pd.
 
 
 def _lines(cells: pd.DataFrame, crossovers: pd.DataFrame, varying: list[str]) -> list[tuple[str, dict]]:
-    """(axis, fixed coordinates) of each crossover's line, located ones first; with none, the line
-    along each varying axis through the first cell."""
+    """(axis, fixed coordinates) of each line holding a crossover, once however many it holds,
+    located ones first; with none, the line along each varying axis through the first cell."""
     if crossovers.empty:
         first = cells.iloc[0]
         return [(a, {n: first[n] for n in NAMES if n != a}) for a in varying]
-    ordered = crossovers.sort_values("status", key=lambda s: s != "located")
-    return [(c["axis"], {n: c[n] for n in NAMES if n != c["axis"]}) for _, c in ordered.iterrows()][:MAX_PANELS]
+    ordered = crossovers.sort_values("status", key=lambda s: s != "located", kind="stable")
+    lines = {(c["axis"], tuple((n, c[n]) for n in NAMES if n != c["axis"])): None for _, c in ordered.iterrows()}
+    return [(axis, dict(fixed)) for axis, fixed in lines][:MAX_PANELS]  # a line with several crossovers: one panel
 
 
 def margin_figure(cells: pd.DataFrame, crossovers: pd.DataFrame, varying: list[str], rows: pd.DataFrame,
