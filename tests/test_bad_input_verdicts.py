@@ -107,7 +107,7 @@ def test_compare_refuses_a_new_run_with_a_bad_timing(runs, column, value):
     (["calibrate", "k.toml", "--bogus", "1", "--out", "cal"], "--bogus"),
     (["calibrate", "--heads", "4", "--dim", "32", "--tokens", "0", "--out", "cal"], "--tokens"),
     (["calibrate", "--heads", "nan", "--dim", "32", "--out", "cal"], "--heads"),
-    (["calibrate", "--heads", "4", "--threshold", "5%", "--out", "cal"], "--threshold"),
+    (["calibrate", "--heads", "4", "--dim", "32", "--threshold", "150%", "--out", "cal"], "--threshold"),
     (["calibrate", "base", "--out", "cal"], "base"),
     (["calibrate", "k.toml", "--out", "base"], "--out"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
