@@ -18,6 +18,11 @@ residuals instead gives three equal draws, a zero-width interval, too often), pl
 false slower/faster rate with none, the share caught at 3 % and 10 %, the rounds a row used,
 and the wall time a run would take (the start, then rounds at the measured cost with sampling
 capped at the setting's --budget-ms).
+
+The last settings are a candidate, not ab's rule: each look's variance moderated across the run's
+rows (Smyth 2004, limma's empirical Bayes: a prior spread and its degrees of freedom fitted to
+every row's variance at that look), which gives t more degrees of freedom at few rounds when the
+rows' noises are alike. They need scipy (scikit-learn's dependency, in the test extra).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from attnbench.results.paired import RowRounds, enough, look_confidence  # noqa: E402
+from attnbench.results.paired import RowRounds, enough, look_confidence, looks  # noqa: E402
 
 POINT = ["kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim"]
 ROW = POINT + ["strategy"]
@@ -47,6 +52,9 @@ SETTINGS = [  # the first: the rule of the issue 23 run (Bonferroni over every r
     ("looks at 4, 8, 12; budget-ms 100, budget-s 100", 4, 12, 100, 100),
     ("looks at 5, 10; budget-ms 100, budget-s 100", 5, 10, 100, 100),
     ("looks at 4, 8, 12; budget-ms 100, budget-s 120", 4, 12, 100, 120),
+    ("candidate, moderated: looks at 4, 8, 12; budget-ms 100, 45 s", 4, 12, 100, 45, "moderated"),
+    ("candidate, moderated: looks at 3, 6; budget-ms 100, 45 s", 3, 6, 100, 45, "moderated"),
+    ("candidate, moderated: looks at 4, 8; budget-ms 100, 60 s", 4, 8, 100, 60, "moderated"),
 ]
 
 
@@ -57,6 +65,49 @@ def stops(row: RowRounds, min_rounds: int, max_rounds: int) -> tuple[bool, float
     confidence = 1 - 0.05 / (max_rounds - 3 + 1)
     done = len(row.ratios) >= 3 and row.result(0.02, confidence).verdict != "noisy"
     return done or len(row.ratios) >= max_rounds, confidence
+
+
+def prior(variances: np.ndarray, df: int) -> tuple[float, float]:
+    """(d0, s0^2) fitted to the rows' sample variances on df degrees of freedom (limma's fitFDist)."""
+    from scipy.optimize import brentq
+    from scipy.special import digamma, polygamma
+
+    z = np.log(np.maximum(variances, 1e-300)) - digamma(df / 2) + math.log(df / 2)
+    excess = z.var(ddof=1) - polygamma(1, df / 2)
+    if excess <= polygamma(1, 500.0):
+        return math.inf, float(np.exp(z.mean()))
+    d0 = 2 * brentq(lambda h: polygamma(1, h) - excess, 1e-6, 500.0)
+    return d0, float(np.exp(z.mean() + digamma(d0 / 2) - math.log(d0 / 2)))
+
+
+def moderated(noise: list[float], shift: float, schedule: list[int], rounds_fit: float, runs: int,
+              seed: int) -> tuple[float, float, float]:
+    """(share slower, share faster, mean rounds) with variances moderated across the rows at each
+    look, Bonferroni over the looks; every row gets floor(rounds_fit) rounds at most."""
+    from attnbench.kernels.student_t import t_quantile
+    from attnbench.results.verdicts import classify
+
+    rng = np.random.default_rng(seed)
+    last = min(max(schedule), math.floor(rounds_fit))
+    taken = sorted({n for n in schedule if n <= last} | {last})
+    counts = {"slower": 0, "faster": 0, "used": 0}
+    for _ in range(runs):
+        logs = shift + rng.normal(0, 1, (len(noise), last)) * np.array(noise)[:, None]
+        open_rows = np.ones(len(noise), bool)
+        for n in taken:
+            d0, s0 = prior(logs[:, :n].var(axis=1, ddof=1), n - 1)
+            var = logs[:, :n].var(axis=1, ddof=1)
+            var = np.full(len(noise), s0) if math.isinf(d0) else (d0 * s0 + (n - 1) * var) / (d0 + n - 1)
+            q = t_quantile(1 - 0.05 / len(schedule) / 2, min(d0 + n - 1, 1e4))
+            for row in np.flatnonzero(open_rows):
+                centre, half = logs[row, :n].mean(), q * math.sqrt(var[row] / n)
+                verdict = classify(math.exp(centre), math.exp(centre - half), math.exp(centre + half), 0.02)
+                if verdict != "noisy" or n == last:
+                    open_rows[row] = False
+                    counts["used"] += n
+                    counts[verdict] = counts.get(verdict, 0) + 1
+    total = runs * len(noise)
+    return counts["slower"] / total, counts["faster"] / total, counts["used"] / total
 
 
 def windows(run: Path) -> pd.DataFrame:
@@ -97,7 +148,7 @@ def simulate(noise: list[float], shift: float, setting: tuple, rounds_fit: float
              seed: int) -> tuple[float, float, float]:
     """(share slower, share faster, mean rounds) over runs x rows, each row stopped by `enough`; the
     budget ends inside a round, so the first rows in point order get one round more than the last."""
-    _, min_rounds, max_rounds, _, _ = setting
+    _, min_rounds, max_rounds = setting[:3]
     rng = np.random.default_rng(seed)
     slower = faster = used = 0
     for _ in range(runs):
@@ -144,9 +195,9 @@ def main() -> None:
         cost = sum(round_cost(windows(run), setting[3]) for run in runs) / len(runs)
         fit = setting[4] / cost  # rounds that fit the budget; the last one partly
         wall = args.start_s + min(fit, setting[2]) * cost
-        aa = simulate(noise, 0.0, setting, fit, args.runs, number)
-        three = simulate(noise, math.log(1.03), setting, fit, args.runs, number + 100)
-        ten = simulate(noise, math.log(1.10), setting, fit, args.runs, number + 200)
+        rule = (lambda shift, seed: moderated(noise, shift, looks(setting[1], setting[2]), fit, args.runs, seed)) \
+            if setting[5:] else (lambda shift, seed: simulate(noise, shift, setting, fit, args.runs, seed))
+        aa, three, ten = rule(0.0, number), rule(math.log(1.03), number + 100), rule(math.log(1.10), number + 200)
         print(f"{setting[0]:62} {cost:7.1f} {min(fit, setting[2]):6.1f} {wall:6.0f} {aa[0] + aa[1]:9.2%} "
               f"{three[0]:9.1%} {ten[0]:10.1%} {three[2]:14.1f}")
 
