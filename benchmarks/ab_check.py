@@ -1,8 +1,8 @@
 """Does `attnbench ab` tell noise from a regression, and how fast? An A/A run and planted regressions.
 
     python3 benchmarks/ab_check.py [--out DIR] [--threshold 2%] [--planted 3,10] [--budget-s 100] [--extra FLAGS]
-    python3 benchmarks/ab_check.py --wrap reference --flags "--heads 2 --dim 16 --tokens 4,8 --context 16
-        --kind decode --device cpu --budget-ms 5"          # the pipeline on a CPU (no verdicts there)
+    python3 benchmarks/ab_check.py --wrap reference --extra "" --flags "--heads 2 --dim 16 --tokens 4,8
+        --context 16 --kind decode --device cpu --budget-ms 5"   # the pipeline on a CPU (no verdicts there)
 
 1. A/A: `attnbench ab` on the seed scenario (18 rows with vllm-fa2), both sides this checkout,
    told apart by a variable only: every `slower` row is a false alarm (goal: 0 of 18 at 2 %).
