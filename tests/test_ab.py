@@ -22,10 +22,12 @@ from attnbench.results.paired import (
     BASELINE,
     CANDIDATE,
     DECIDED,
+    MIN_ROUNDS,
     ROUNDS,
     RowRounds,
     enough,
     look_confidence,
+    looks,
     paired,
     round_order,
 )
@@ -72,7 +74,8 @@ def test_pairing_cancels_drift_that_fools_unpaired_comparison():
     assert result.verdict == "slower" and 1.03 < result.low and result.high < 1.07
 
 
-def stop_after(true_ratio: float, noise: float, seed: int, min_rounds: int = 3, max_rounds: int = 10):
+def stop_after(true_ratio: float, noise: float, seed: int, min_rounds: int = MIN_ROUNDS,
+               max_rounds: int = 12):
     """Rounds one at a time until `enough` says stop: (rounds, why, verdict)."""
     rng = np.random.default_rng(seed)
     row = RowRounds()
@@ -106,8 +109,10 @@ def test_aa_gives_no_false_slower_on_synthetic_rows():
 
 
 def test_look_confidence_spends_five_percent_over_the_looks():
-    assert look_confidence(3, 3) == pytest.approx(0.95)
-    assert look_confidence(3, 10) == pytest.approx(1 - 0.05 / 8)
+    assert looks(4, 12) == [4, 8, 12] and looks(3, 10) == [3, 6, 9, 10] and looks(8, 8) == [8]
+    assert look_confidence(4, 4) == pytest.approx(0.95)
+    assert look_confidence(4, 12) == pytest.approx(1 - 0.05 / 3)
+    assert look_confidence(3, 10) == pytest.approx(1 - 0.05 / 4)
 
 
 @pytest.fixture(scope="module")

@@ -30,8 +30,8 @@ def ab(
     candidate: Annotated[str, typer.Option(help=f"Side B, as --baseline. Example: --candidate python=/venvB/bin/python")],
     scenario: Annotated[Optional[Path], typer.Option(help="A kernel scenario file instead of kernel flags (kernel flags given too override it). Example: --scenario scenarios/seed-kernel-table.toml")] = None,
     threshold: Annotated[str, typer.Option(help="Smallest change that counts, as compare's. Example: --threshold 3%")] = "2%",
-    max_rounds: Annotated[int, typer.Option(help="Most rounds (a replicate of both sides) per row. Example: --max-rounds 20")] = 10,
-    min_rounds: Annotated[int, typer.Option(help="Fewest rounds before a row may be decided. Example: --min-rounds 4")] = 3,
+    max_rounds: Annotated[int, typer.Option(help="Most rounds (a replicate of both sides) per row; a row is judged at every --min-rounds-th round and at this one. Example: --max-rounds 20")] = 12,
+    min_rounds: Annotated[int, typer.Option(help="Rounds before a row's first look, and between looks (each look's interval is Bonferroni-corrected over the looks). Example: --min-rounds 5")] = 4,
     budget_s: Annotated[float, typer.Option(help="Wall-time budget in seconds: rows still open then stop as `budget`. Example: --budget-s 60")] = 300.0,
     out: Annotated[Optional[Path], options.run_out("ab", "runs/ab")] = None,
     force: options.Force = False,
@@ -39,7 +39,7 @@ def ab(
     """KERNEL_FLAGS: measure a baseline and a candidate version in turns, in two worker processes on
     one device, and give each row a verdict from paired per-round ratios.
 
-    Each round measures a point on both sides one right after the other, in ABBA order over rounds (baseline first, then candidate first, ...), so clock drift and power capping reach both. A row keeps measuring until its interval for candidate / baseline decides against --threshold (slower, faster, same; after --min-rounds), or --max-rounds or --budget-s ends it (noisy). Writes ab.csv, rounds.csv, env.json (both sides' versions) and summary.md. On the CPU no row gets a verdict (the output says why).
+    Each round measures a point on both sides one right after the other, in ABBA order over rounds (baseline first, then candidate first, ...), so clock drift and power capping reach both. A row keeps measuring until its interval for candidate / baseline decides against --threshold (slower, faster, same; judged after every --min-rounds rounds), or --max-rounds or --budget-s ends it (noisy). Writes ab.csv, rounds.csv, env.json (both sides' versions) and summary.md. On the CPU no row gets a verdict (the output says why).
 
     Exit status as compare's: 0 when no regression is shown; 1 when a row is slower, a row passing on the baseline fails or errors on the candidate, or on bad input (one error line); 128 + the signal after Ctrl-C or SIGTERM (what was measured is written).
 

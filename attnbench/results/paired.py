@@ -12,10 +12,15 @@ handful of rounds is exactly the small count the t distribution is for. Its cent
 mean ratio) is the ratio the verdict is judged on, so ratio and interval always agree; the median
 of the per-round ratios is reported beside it.
 
-Stopping: a row measures round after round until its interval decides against the threshold
-(slower, faster or same: results/verdicts.py classify, the words compare uses) after at least
-`min_rounds`, or until `max_rounds`; the caller's wall-time budget ends the rest. The minimum keeps
-a lucky pair of early rounds from deciding alone.
+Stopping: a row is judged at scheduled looks, after `min_rounds` rounds and every `min_rounds`
+after (and at `max_rounds`), until its interval decides against the threshold (slower, faster or
+same: results/verdicts.py classify, the words compare uses); the caller's wall-time budget ends the
+rest, and a row it ends is judged once more on the rounds it has, in place of the looks it did not
+reach. Each look's interval is at 1 - alpha / k, k the number of scheduled looks (Bonferroni), so
+all the looks of a row together call an identical pair slower or faster at most alpha of the time.
+Few looks, not one a round: with t on 2 to 5 degrees of freedom, a correction over every round
+(issue 23: 10 looks from round 3, t = 14 at 3 rounds) made intervals ten times the noise; the
+schedule and the defaults come from benchmarks/ab_power.py's simulation on measured H200 noise.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from attnbench.results.replicates import CONFIDENCE, MIN_REPLICATES, mean_interv
 from attnbench.results.verdicts import classify
 
 BASELINE, CANDIDATE = "baseline", "candidate"
-MIN_ROUNDS = 3  # t with 2 degrees of freedom: the fewest rounds whose interval may decide
+MIN_ROUNDS = 4  # the first look, and the spacing of the next ones (benchmarks/ab_power.py)
 DECIDED, BUDGET, ROUNDS = "decided", "budget", "max-rounds"  # why a row stopped
 INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM ended the rounds first
 NOT_TIMED = "not-timed"  # a side skipped it, or it failed there (error, timeout, crashed, oom)
@@ -84,18 +89,23 @@ class RowRounds:
         return paired(self.ratios, threshold, confidence) if len(self.ratios) >= MIN_REPLICATES else None
 
 
+def looks(min_rounds: int, max_rounds: int) -> list[int]:
+    """The round counts a row is judged at: every min_rounds-th round, and the last."""
+    first = max(min_rounds, MIN_REPLICATES)
+    return sorted(set(range(first, max_rounds + 1, first)) | {max_rounds})
+
+
 def look_confidence(min_rounds: int, max_rounds: int, confidence: float = CONFIDENCE) -> float:
     """The confidence of each look's interval, so that all the looks a row may take together err no
-    more than 1 - confidence (Bonferroni): a row that may stop after any of k rounds gets k chances
-    to see noise as a change, and at 95 % each, an A/A row was called slower or faster 1 time in 9
-    (tests/test_ab.py's simulation)."""
-    return 1 - (1 - confidence) / (max_rounds - max(min_rounds, MIN_REPLICATES) + 1)
+    more than 1 - confidence (Bonferroni over the scheduled looks; a look when the budget ends
+    replaces the ones not reached, so a row never takes more)."""
+    return 1 - (1 - confidence) / len(looks(min_rounds, max_rounds))
 
 
 def enough(row: RowRounds, threshold: float, min_rounds: int, max_rounds: int) -> str:
     """Why the row needs no more rounds (DECIDED, ROUNDS), or "" while it needs more."""
     done = len(row.ratios)
-    if done >= max(min_rounds, MIN_REPLICATES):
+    if done in looks(min_rounds, max_rounds):
         result = row.result(threshold, look_confidence(min_rounds, max_rounds))
         if result is not None and result.verdict != "noisy":
             return DECIDED

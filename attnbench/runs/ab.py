@@ -50,7 +50,7 @@ from attnbench.runs.rundir import RunDir
 from attnbench.workers.ab_pool import SideWorker
 from attnbench.workers.envs import Side
 
-MAX_ROUNDS = 10
+MAX_ROUNDS = 12
 ALL = "*"  # a point's failure as a whole: every row of it
 
 
