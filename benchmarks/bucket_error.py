@@ -8,7 +8,9 @@ TRACE the trace it replayed. Prints, per choice:
 1. the error against the sampled steps and its standard error, and the share of it each bucket carries;
 2. in the bucket with the most sampled steps, each representative's time against a linear fit of
    the time on the work sizes over that bucket's sampled steps (what the Carathéodory weights assume);
-3. the SM clock of the bucket rows against the sampled rows (drift between the two parts);
+3. the SM clock of the bucket rows against the sampled rows (drift between the two parts), and
+   how far the representatives sit from their bucket's mean against the sampled steps (in each
+   work size's standard deviations within the bucket: extremes read high on a convex time);
 4. a simulation without new GPU data: the sampled steps, timed one by one, are a random miniature of
    the trace; random subsets of them are bucketed as the replay does (same kind and bins), each
    bucket cut into pieces of about `--piece-steps` steps (or not cut), weighed, and the weighted
@@ -31,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from attnbench.results.replay import choice_of
-from attnbench.traces.buckets import split_steps, weigh, work
+from attnbench.traces.buckets import WORK, moments, split_steps, weigh, work
 from attnbench.traces.jsonl import read_trace
 
 
@@ -93,6 +95,18 @@ def clocks(rows: pd.DataFrame) -> None:
         print(f"  {choice:24s} buckets {row.get('bucket', math.nan):7.1f}  sample {row.get('sample', math.nan):7.1f}")
 
 
+def extremes(rows: pd.DataFrame, steps: pd.DataFrame, measured: np.ndarray) -> None:
+    """Each part's steps: their mean |z| per work size within their own bucket (z: distance from the
+    bucket's mean in its standard deviations), over buckets of 100 steps or more."""
+    frame = pd.DataFrame(measured, columns=list(WORK)).assign(bucket=steps["bucket"].to_numpy())
+    large = frame.groupby("bucket")["bucket"].transform("size") >= 100
+    z = frame.groupby("bucket")[list(WORK)].transform(lambda c: (c - c.mean()) / (c.std() + 1e-9)).abs()
+    print("\n   mean |z| within the bucket (buckets of >= 100 steps): " + ", ".join(WORK))
+    for part, group in rows.groupby("part"):
+        chosen = [s for s in group["step"].unique() if large[s]]
+        print(f"  {part:8s} {len(chosen):4d} steps  " + "  ".join(f"{v:.2f}" for v in z.loc[chosen].mean()))
+
+
 def estimate(times: pd.DataFrame, chosen: list[int], members_of: dict, measured: np.ndarray, piece: float) -> pd.Series:
     """Each choice's bucketed total over the `chosen` sampled steps, pieces of about `piece` steps."""
     total = pd.Series(0.0, index=times.columns)
@@ -102,7 +116,7 @@ def estimate(times: pd.DataFrame, chosen: list[int], members_of: dict, measured:
             continue
         pieces = 1 if math.isinf(piece) else max(1, round(len(inside) / piece))
         for part in split_steps(inside, measured, pieces):
-            kept, weights = weigh(measured[part])
+            kept, weights = weigh(moments(measured[part]))
             total += (times.loc[[part[k] for k in kept]].mul(weights, axis=0)).sum()
     return total
 
@@ -141,6 +155,7 @@ def main() -> None:
     decompose(rows, steps)
     residuals(rows, steps, measured)
     clocks(rows)
+    extremes(rows, steps, measured)
     simulate(rows, steps, measured, args.draws, [math.inf, *(float(p) for p in args.piece_steps.split(","))])
 
 
