@@ -2,7 +2,7 @@
 from timing every step.
 
     python3 benchmarks/replay_scale.py --out results/replay-scale [--steps 10000] [--exact-sample 500]
-        [--bucket-split 16] [--flags "--mode graph --budget-ms 5 --replicates 1 --bucket-ratio 3"]
+        [--bucket-split N] [--flags "--mode graph --budget-ms 5 --replicates 1 --bucket-ratio 3"]
 
 Makes the trace with attnbench's own generator and scheduler (`attnbench trace synth`: long
 prompts chunked at 512 tokens, up to 128 running, a 2048-token budget, llama-3-8b's 32/8x128 shape,
@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from attnbench.results.replay import GOAL_PCT
+from attnbench.traces.buckets import DEFAULT_SPLIT
 
 SYNTH = ["--num-requests", "6000", "--rate", "25", "--input-len", "lognormal:1500:0.6", "--output-len",
          "lognormal:200:0.5", "--max-num-seqs", "128", "--chunk-size", "512", "--max-num-batched-tokens", "2048",
@@ -123,7 +124,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="a new directory: the trace and the replay's run")
     parser.add_argument("--steps", type=int, default=10_000, help="steps of the trace (the scheduler stops there)")
     parser.add_argument("--exact-sample", type=int, default=500, help="steps also timed one by one")
-    parser.add_argument("--bucket-split", type=int, default=16, help="replay's --bucket-split")
+    parser.add_argument("--bucket-split", type=int, default=DEFAULT_SPLIT, help="replay's --bucket-split")
     parser.add_argument("--flags", default="--mode graph --budget-ms 5 --replicates 1 --bucket-ratio 3",
                         help="more replay flags, as one string")
     args = parser.parse_args()

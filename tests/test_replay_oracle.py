@@ -65,12 +65,13 @@ def traces():
 def test_the_representatives_are_never_farther_from_the_exact_oracle_than_the_buckets(traces, size, ratio):
     """The per-bucket oracle bounds the per-step one from above (a bucket's fastest in sum is never
     below the sum of its steps' fastest) and is never below the representatives' estimate (the sum
-    of their fastest is never above their fastest in sum); the estimate, on a middle-leaning subset
-    of each bucket's steps, stays between, undershooting the exact oracle by at most 1e-4 here."""
+    of their fastest is never above their fastest in sum); the estimate, on a subset of each bucket's
+    steps that reproduces its sums and sums of squares, stays between, undershooting the exact oracle
+    by at most 1e-3 here (the minimum of two affine times is not a quadratic one)."""
     for trace in traces.values():
         exact, per_step, per_bucket = estimates(trace, ratio, crossing(trace, size))
         assert exact <= per_bucket * (1 + 1e-12) and per_step <= per_bucket * (1 + 1e-12)
-        assert exact - per_step < 1e-4 * exact and abs(per_step - exact) <= abs(per_bucket - exact) + 1e-4 * exact
+        assert exact - per_step < 1e-3 * exact and abs(per_step - exact) <= abs(per_bucket - exact) + 1e-4 * exact
 
 
 def test_where_choices_cross_inside_buckets_the_per_bucket_oracle_misses_most(traces):

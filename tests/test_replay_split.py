@@ -30,10 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import replay_scale  # noqa: E402
 
 
-def one_bin_trace(count: int, seed: int = 0) -> Trace:
-    """`count` decode steps of 4 rows whose total KV tokens all fall in one ratio-2 bin (4096-8191)."""
+def one_bin_trace(count: int, seed: int = 0, equal: bool = False) -> Trace:
+    """`count` decode steps of 4 rows whose total KV tokens all fall in one ratio-2 bin (4096-8191);
+    `equal`: the 4 rows of a step of one length (its longest KV length varies as its total does)."""
     draw = random.Random(seed)
-    steps = tuple(TraceStep(tuple(Request(1, draw.randint(1024, 2047)) for _ in range(4))) for _ in range(count))
+    lengths = (lambda: [draw.randint(1024, 2047)] * 4) if equal else (lambda: [draw.randint(1024, 2047) for _ in range(4)])
+    steps = tuple(TraceStep(tuple(Request(1, kv) for kv in lengths())) for _ in range(count))
     return Trace(Header("test", Shape(2, 1, 16)), steps)
 
 
@@ -42,7 +44,7 @@ def kv_total(step: TraceStep) -> int:
 
 
 def test_a_bucket_of_most_steps_is_cut_into_near_equal_pieces_along_its_kv_tokens():
-    trace = one_bin_trace(200)
+    trace = one_bin_trace(200, equal=True)
     whole = bucket_steps(trace, 2.0, split=1)
     pieces = bucket_steps(trace, 2.0, split=4)
     assert len(whole) == 1 and len(pieces) == 4  # 200 steps, at most max(64, 200 / 4) a piece

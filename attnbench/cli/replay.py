@@ -42,7 +42,7 @@ def replay(
     backend: options.Backend = None,
     mode: Annotated[Optional[list], typer.Option(parser=list_of(str, "--mode", optional=True, choices=lambda: (*MODES, "both")), help="Timing mode: eager, graph or both (both on GPU, eager on CPU by default). Example: --mode graph")] = "",
     bucket_ratio: Annotated[Optional[float], typer.Option(help="Steps share a bucket when they have the same kind and their decode rows, query tokens and total KV tokens fall in the same log-spaced bins of this ratio (closer to 1: more buckets, each timed on a few of its steps; default 2, 4 on the CPU). Example: --bucket-ratio 1.5")] = None,
-    bucket_split: Annotated[int, typer.Option(help="Cut a bucket holding more than 1/N of the trace's steps (and more than 64) into near-equal pieces, each timed on its own representatives: more points where most steps are (1: no cut). Example: --bucket-split 32")] = 16,
+    bucket_split: Annotated[int, typer.Option(help="Cut a bucket holding more than 1/N of the trace's steps (and more than 64) into near-equal pieces, each timed on its own representatives: more points where most steps are (1: no cut). Example: --bucket-split 32")] = 12,
     steps: Annotated[Optional[int], typer.Option(help="Replay only the trace's first N steps (default: all of them on a GPU, 32 on the CPU). Example: --steps 1000")] = None,
     exact_sample: Annotated[int, typer.Option(help="Also time this many steps drawn from the trace (with --seed) one by one, and report each choice's bucketed estimate of them against their timed total. Example: --exact-sample 500")] = 0,
     budget_ms: Annotated[Optional[float], typer.Option(help="Sampling time budget per row and replicate, ms (default 1000 on GPU, 5 on CPU). Example: --budget-ms 100")] = None,

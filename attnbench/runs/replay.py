@@ -185,7 +185,7 @@ def replay_env(command: list[str], args: ReplayArgs, plan: SweepPlan, trace: Tra
 RULE = ("kind, and log-spaced bins (--bucket-ratio) of decode rows, query tokens and total kv tokens; "
         "a bucket of more than 1/--bucket-split of the steps cut into near-equal pieces along its most spread size; "
         "each bucket timed on a few of its steps, weighed so that they add up to its step count and to its sums of "
-        "decode rows, query tokens, kv tokens and attended pairs")
+        "decode rows, query tokens, kv tokens, attended pairs and longest kv length, and of their squares")
 
 
 def run_replay(args: ReplayArgs, console: Console, command: list[str]) -> Path:

@@ -8,11 +8,17 @@ its decode rows, its query tokens and its total KV tokens.
 
 Which steps a bucket is timed on, and what each weighs: a few of its steps (`representatives`), with
 weights that add up to its step count and reproduce its sums of every WORK size (decode rows, query
-tokens, KV tokens, attended (query, key) pairs). A kernel's time that is affine in those sizes
-within the bucket is then summed exactly (sum over steps of a + b.x = sum over representatives of
-w (a + b.x)); one median step, as before, was biased low when the sizes are skewed within a bin
-(median below mean). How far the estimate is from timing each step is measured, not assumed:
-`sample_steps` draws the steps a replay also times one by one (results/replay.py compares the two).
+tokens, KV tokens, attended (query, key) pairs, the longest KV length) and of each one's square
+(`moments`). A kernel's time that is quadratic in those sizes, without cross terms, within the
+bucket is then summed exactly (sum over steps of a + b.x + c.x^2 = sum over representatives of
+w (a + b.x + c.x^2)); one median step, as before, was biased low when the sizes are skewed within a
+bin (median below mean). Sums alone (no squares) were exact for an affine time only, and the
+reduction keeps the bucket's extreme steps (it zeroes weights among the farthest from the mean,
+and the ones that survive those moves are far out): on a convex time they read high (the H200's
+split strategies did, docs/measurements/h200.md, the replay section). The longest KV length
+is there because a split kernel's time follows it (its splits and its longest row). How far the
+estimate is from timing each step is measured, not assumed: `sample_steps` draws the steps a
+replay also times one by one (results/replay.py compares the two).
 
 Why large buckets are split (`split`): a kernel's time is affine in those sizes only roughly; each
 step also has a residual of its own (how its requests' lengths fall into the kernel's tiles and
@@ -39,11 +45,11 @@ from attnbench.traces.steps import Trace, TraceStep
 
 DEFAULT_RATIO = 2.0
 MAX_RATIO = 1024.0
-DEFAULT_SPLIT = 16  # no bucket holds more than 1/16 of the trace's steps (unless it is at most MIN_PIECE)
+DEFAULT_SPLIT = 12  # no bucket holds more than 1/12 of the trace's steps (unless it is at most MIN_PIECE)
 MAX_SPLIT = 4096
 MIN_PIECE = 64  # a piece this small gains little from being cut again, and a short trace stays whole
 SIZES = ("decode rows", "query tokens", "kv tokens")  # what the bins are of, in a bucket's key
-WORK = (*SIZES, "attended pairs")  # what a bucket's representatives reproduce the sums of
+WORK = (*SIZES, "attended pairs", "longest kv")  # what a bucket's representatives reproduce the sums (and squares) of
 
 
 def sizes(step: TraceStep) -> tuple[int, int, int]:
@@ -51,12 +57,19 @@ def sizes(step: TraceStep) -> tuple[int, int, int]:
     return len(step.decode_rows()), step.num_tokens, sum(r.kv_len for r in step.requests)
 
 
-def work(step: TraceStep) -> tuple[int, int, int, int]:
-    """A step's sizes and its causal (query, key) pairs: what its representatives' weights reproduce."""
-    tokens = kv = pairs = 0
+def work(step: TraceStep) -> tuple[int, int, int, int, int]:
+    """A step's sizes, its causal (query, key) pairs and its longest KV length: what its
+    representatives' weights reproduce the sums of (with their squares, `moments`)."""
+    tokens = kv = pairs = longest = 0
     for r in step.requests:  # one pass: a 10,000-step trace of a hundred rows a step is a million requests
         tokens, kv, pairs = tokens + r.query_len, kv + r.kv_len, pairs + attended_pairs(r.query_len, r.kv_len, True)
-    return len(step.decode_rows()), tokens, kv, pairs
+        longest = max(longest, r.kv_len)
+    return len(step.decode_rows()), tokens, kv, pairs, longest
+
+
+def moments(table: np.ndarray) -> np.ndarray:
+    """Each WORK size and its square, by step: the columns whose sums a bucket's weights reproduce."""
+    return np.hstack([table, table ** 2])
 
 
 def check_ratio(ratio: float) -> float:
@@ -122,8 +135,9 @@ def weigh(sizes_of: np.ndarray) -> tuple[list[int], list[float]]:
 
     Carathéodory's reduction: start from every row weighing 1 (which reproduces the sums), and while
     more rows are left than the columns' rank (with the count), move weight along a direction that
-    changes no sum until one row's weight reaches 0. Each move takes the rows farthest from the mean,
-    so the ones kept lean to the middle of the bucket."""
+    changes no sum until one row's weight reaches 0. Each move takes the rows farthest from the mean;
+    the rows kept are often among them (a move zeroes one of the far rows and gives the others more
+    weight), which is why the squares are among the sums (`moments`)."""
     count = len(sizes_of)
     mean = sizes_of.mean(axis=0)
     centred = (sizes_of - mean) / np.where(mean > 0, mean, 1.0)
@@ -177,7 +191,7 @@ def bucket_steps(trace: Trace, ratio: float = DEFAULT_RATIO, split: int = DEFAUL
         pieces += [(key, sorted(part), (i + 1, len(parts))) for i, part in enumerate(parts)]
     buckets = []
     for index, (key, members, piece) in enumerate(sorted(pieces, key=lambda p: p[1][0])):
-        kept, weights = weigh(table[members])
+        kept, weights = weigh(moments(table[members]))
         buckets.append(StepBucket(index, key[0], key[1:], tuple(members), tuple(members[k] for k in kept),
                                   tuple(weights), piece))  # kept ascends, so the representatives stay in trace order
     return buckets
