@@ -1,12 +1,12 @@
 """Leave-one-trace-out: does a dispatch rule hold on a replayed trace it was not fitted on?
 
-    python3 benchmarks/rule_loto.py ATLAS REPLAY REPLAY [REPLAY ...] [--depth 3] [--draws 200]
+    python3 benchmarks/rule_loto.py ATLAS REPLAY REPLAY [REPLAY ...] [--depth 6] [--min-leaf 0.05] [--draws 200]
 
 For each replay: fit `attnbench rule fit`'s tree (results/rule_fit.fit_tree, the same cells,
 weights and leaf choice) on the atlas and the other replays, choose every step of the held-out
 trace with it, and print the regret over the held-out trace's per-step oracle beside the best
 single choice, vLLM's default, FlashInfer's default and the per-step oracle itself. `--depth`
-takes several depths ("1,2,3,4,5"): one table each, and the depth `rule_fit.loto_depth` picks.
+takes several depths ("1,2,3,4,5"): one table each.
 
 The noise-corrected oracle: each replay row's median is one measurement of `samples` samples, and
 the per-step oracle takes the minimum of 7 such medians, so it is biased low (it picks the choice
@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from attnbench.results.read import load_run  # noqa: E402
 from attnbench.results.rule_cells import read_cells  # noqa: E402
-from attnbench.results.rule_fit import fit_tree, predict, regret, vllm_default  # noqa: E402
+from attnbench.results.rule_fit import MIN_LEAF, fit_tree, predict, regret, vllm_default  # noqa: E402
 from attnbench.results.rule_report import FLASHINFER_DEFAULT  # noqa: E402
 
 
@@ -72,11 +72,12 @@ def oracle_bias(noisy, times: pd.DataFrame, weights: pd.Series, draws: int, seed
     return float(np.mean(gaps))
 
 
-def held_out(atlas: Path, replays: list[Path], out: int, depth: int, draws: int, sigma: float, seed: int) -> dict:
+def held_out(atlas: Path, replays: list[Path], out: int, depth: int, min_leaf: float, draws: int, sigma: float,
+             seed: int) -> dict:
     """One held-out trace's totals (ms): rule, statics, oracle, noise-corrected oracle."""
     train = read_cells([atlas, *[r for i, r in enumerate(replays) if i != out]], None)
     test = read_cells([replays[out]], None)
-    tree, weighting = fit_tree(train.features, train.times, train.weights, depth, seed)
+    tree, weighting = fit_tree(train.features, train.times, train.weights, depth, seed, min_leaf)
     times, weights = test.times, test.weights
     rule_ms, oracle_ms, _ = regret(times, weights, predict(tree, test.features))
     statics = times.mul(weights, axis=0).sum()
@@ -113,15 +114,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("atlas", type=Path)
     parser.add_argument("replays", type=Path, nargs="+")
-    parser.add_argument("--depth", default="3", help="comma-separated depths, e.g. 1,2,3,4,5")
+    parser.add_argument("--depth", default="6", help="comma-separated depths, e.g. 1,2,3,4,5")
+    parser.add_argument("--min-leaf", type=float, default=MIN_LEAF, help="rule fit's --min-leaf")
     parser.add_argument("--draws", type=int, default=0, help="bootstrap draws for the noise-corrected oracle")
     parser.add_argument("--sigma", type=float, default=0.0,
                         help="draw each row as its median x exp(sigma x normal) in place of resampling its samples")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     for depth in (int(d) for d in args.depth.split(",")):
-        results = [held_out(args.atlas, args.replays, i, depth, args.draws, args.sigma, args.seed) for i in range(len(args.replays))]
-        print(f"\n## depth {depth} (weightings kept: {', '.join(r['weighting'] for r in results)})\n")
+        results = [held_out(args.atlas, args.replays, i, depth, args.min_leaf, args.draws, args.sigma,
+                            args.seed) for i in range(len(args.replays))]
+        print(f"\n## depth {depth}, min leaf {args.min_leaf:g} (weightings kept: {', '.join(r['weighting'] for r in results)})\n")
         print(table(results))
 
 
