@@ -11,9 +11,10 @@ takes several depths ("1,2,3,4,5"): one table each.
 The noise-corrected oracle: each replay row's median is one measurement of `samples` samples, and
 the per-step oracle takes the minimum of 7 such medians, so it is biased low (it picks the choice
 that happened to be measured fast). `--draws` bootstrap draws resample every row's samples
-(samples_ms) into a fresh median; the mean over draws of (the draw's oracle picks, timed on the
-measured medians) - (the draw's own minimum) estimates that bias, and the oracle corrected by it
-is what a rule could reach if the times were exact. Read, never written: the runs. Not a test.
+(samples_ms) into a fresh median (or, with `--sigma`, draw it as the median x exp(sigma x a normal
+draw)); the mean over pairs of draws of (the first draw's oracle picks, timed in the second) - (the
+first draw's minimum) estimates that bias, and the oracle plus it is what a rule could reach if the
+times were exact. Read, never written: the runs. Not a test.
 """
 
 from __future__ import annotations
@@ -57,18 +58,18 @@ def resampled(samples: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def oracle_bias(noisy, times: pd.DataFrame, weights: pd.Series, draws: int, seed: int) -> float:
-    """Mean over draws of what the draw's oracle picks cost on the measured medians minus the
-    draw's own minimum (ms, weighed): how much taking the minimum of noisy medians gains.
-    `noisy(rng)` is one draw of cell x choice times."""
+    """Mean over pairs of independent draws of what the first draw's oracle picks cost in the second
+    minus the first draw's own minimum (ms, weighed): how much taking the minimum of noisy medians
+    gains. `noisy(rng)` is one draw of cell x choice times; the two draws of a pair share whatever
+    bias the draw itself has, so it cancels."""
     rng = np.random.default_rng(seed)
-    measured, w = times.to_numpy(), weights.to_numpy()
+    lacking, w = np.isnan(times.to_numpy()), weights.to_numpy()
     gaps = []
     for _ in range(draws):
-        medians = noisy(rng)
-        medians[np.isnan(measured)] = np.inf
-        picks = medians.argmin(axis=1)
-        honest = measured[np.arange(len(picks)), picks]
-        gaps.append(float(((honest - medians.min(axis=1)) * w).sum()))
+        first, second = noisy(rng), noisy(rng)
+        first[lacking] = np.inf
+        picks = first.argmin(axis=1)
+        gaps.append(float(((second[np.arange(len(picks)), picks] - first.min(axis=1)) * w).sum()))
     return float(np.mean(gaps))
 
 
