@@ -25,7 +25,9 @@ app = typer.Typer(no_args_is_help=True, help="Dispatch rules fitted on measured 
 def fit(
     runs: Annotated[list[Path], typer.Argument(help="Replay runs (results.csv, buckets.csv), kernel sweep runs or atlas runs (results.csv). Example: runs/h200-atlas", show_default=False)],
     out: Annotated[Path, typer.Option(help="Directory for rule.json, rule.py, summary.md and the picture (new or empty). Example: --out rules/h200", show_default=False)],
-    max_depth: Annotated[int, typer.Option(help="The tree's depth at most (1-8; shallow stays readable). Example: --max-depth 2")] = 3,
+    max_depth: Annotated[int, typer.Option(help="The tree's depth at most (1-8; shallow stays readable). Example: --max-depth 2")] = 6,
+    min_leaf: Annotated[float, typer.Option(help="The least share of the cells' weight a leaf may stand for (0-0.5; "
+                                                 "larger leaves hold on traces the fit did not see). Example: --min-leaf 0.1")] = 0.05,
     folds: Annotated[int, typer.Option(help="Cross-validation folds over cells for the held-out regret (2-100). Example: --folds 10")] = 5,
     seed: Annotated[int, options.seed("the folds and the tree")] = 0,
     mode: Mode = None,
@@ -41,7 +43,7 @@ def fit(
 
     console = make_console()
     with user_errors(console):
-        run_rule_fit(RuleFitArgs(runs=runs, out=out, max_depth=max_depth, folds=folds, seed=seed, mode=mode,
+        run_rule_fit(RuleFitArgs(runs=runs, out=out, max_depth=max_depth, min_leaf=min_leaf, folds=folds, seed=seed, mode=mode,
                                  force=force), console)
 
 

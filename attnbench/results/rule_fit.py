@@ -30,12 +30,21 @@ WEIGHTINGS = {
     "steps": "steps only (plain accuracy on what the cells stand for)",
 }
 MAX_DEPTH = 8  # deeper is no longer a rule a person reads
+# the least share of the fit's weight (of the kept weighting) a leaf may hold: a leaf that stands
+# for a few cells of one trace learns that trace, not the GPU (docs/guides/rule.md, "Held-out traces")
+MIN_LEAF = 0.05
 
 
 def check_depth(max_depth: int) -> int:
     if isinstance(max_depth, bool) or not isinstance(max_depth, int) or not 1 <= max_depth <= MAX_DEPTH:
         raise UsageError(f"--max-depth: must be a whole number from 1 to {MAX_DEPTH}, got {max_depth}")
     return max_depth
+
+
+def check_min_leaf(min_leaf: float) -> float:
+    if isinstance(min_leaf, bool) or not isinstance(min_leaf, (int, float)) or not 0 <= min_leaf <= 0.5:
+        raise UsageError(f"--min-leaf: must be a share from 0 to 0.5 of the cells' weight, got {min_leaf}")
+    return float(min_leaf)
 
 
 def effective(times: pd.DataFrame) -> pd.DataFrame:
@@ -114,8 +123,9 @@ def _relabel(tree: dict, features: pd.DataFrame, times: pd.DataFrame, weights: p
 
 
 def fit_tree(features: pd.DataFrame, times: pd.DataFrame, weights: pd.Series, max_depth: int,
-             seed: int) -> tuple[dict, str]:
-    """(the tree, the weighting kept): the lowest in-sample regret over WEIGHTINGS."""
+             seed: int, min_leaf: float = MIN_LEAF) -> tuple[dict, str]:
+    """(the tree, the weighting kept): the lowest in-sample regret over WEIGHTINGS; every leaf
+    holds at least `min_leaf` of the weighting's total (scikit-learn's min_weight_fraction_leaf)."""
     from sklearn.tree import DecisionTreeClassifier
 
     labels, found = oracle_labels(times), []
@@ -123,7 +133,8 @@ def fit_tree(features: pd.DataFrame, times: pd.DataFrame, weights: pd.Series, ma
         sample = _sample_weights(times, weights, how)
         if not (sample > 0).any():
             continue
-        model = DecisionTreeClassifier(max_depth=max_depth, random_state=seed % 2**32)
+        model = DecisionTreeClassifier(max_depth=max_depth, min_weight_fraction_leaf=min_leaf,
+                                       random_state=seed % 2**32)
         model.fit(features.to_numpy(dtype=float), labels.to_numpy(), sample_weight=sample)
         tree = _relabel(_from_sklearn(model, list(features.columns)), features, times, weights)
         found.append((regret(times, weights, predict(tree, features))[2], len(found), tree, how))
@@ -132,14 +143,14 @@ def fit_tree(features: pd.DataFrame, times: pd.DataFrame, weights: pd.Series, ma
 
 
 def cross_validated(features: pd.DataFrame, times: pd.DataFrame, weights: pd.Series, max_depth: int, folds: int,
-                    seed: int) -> pd.Series:
+                    seed: int, min_leaf: float = MIN_LEAF) -> pd.Series:
     """Each cell's choice by a tree fitted without it: k-fold over cells (seeded), k = min(folds, cells)."""
     from sklearn.model_selection import KFold
 
     picks = pd.Series(index=features.index, dtype=object)
     splits = KFold(n_splits=min(folds, len(features)), shuffle=True, random_state=seed % 2**32)
     for train, test in splits.split(features):
-        tree, _ = fit_tree(features.iloc[train], times.iloc[train], weights.iloc[train], max_depth, seed)
+        tree, _ = fit_tree(features.iloc[train], times.iloc[train], weights.iloc[train], max_depth, seed, min_leaf)
         picks.iloc[test] = predict(tree, features.iloc[test]).to_numpy()
     return picks
 

@@ -1,0 +1,133 @@
+"""Leave-one-trace-out: does a dispatch rule hold on a replayed trace it was not fitted on?
+
+    python3 benchmarks/rule_loto.py ATLAS REPLAY REPLAY [REPLAY ...] [--depth 6] [--min-leaf 0.05] [--draws 200]
+
+For each replay: fit `attnbench rule fit`'s tree (results/rule_fit.fit_tree, the same cells,
+weights and leaf choice) on the atlas and the other replays, choose every step of the held-out
+trace with it, and print the regret over the held-out trace's per-step oracle beside the best
+single choice, vLLM's default, FlashInfer's default and the per-step oracle itself. `--depth`
+takes several depths ("1,2,3,4,5"): one table each.
+
+The noise-corrected oracle: each replay row's median is one measurement of `samples` samples, and
+the per-step oracle takes the minimum of 7 such medians, so it is biased low (it picks the choice
+that happened to be measured fast). `--draws` bootstrap draws resample every row's samples
+(samples_ms) into a fresh median (or, with `--sigma`, draw it as the median x exp(sigma x a normal
+draw)); the mean over pairs of draws of (the first draw's oracle picks, timed in the second) - (the
+first draw's minimum) estimates that bias, and the oracle plus it is what a rule could reach if the
+times were exact. Read, never written: the runs. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from attnbench.results.read import load_run  # noqa: E402
+from attnbench.results.rule_cells import read_cells  # noqa: E402
+from attnbench.results.rule_fit import MIN_LEAF, fit_tree, predict, regret, vllm_default  # noqa: E402
+from attnbench.results.rule_report import FLASHINFER_DEFAULT  # noqa: E402
+
+
+def sample_matrix(run: Path, number: int, cells: pd.Index, choices: pd.Index) -> np.ndarray:
+    """cell x choice x sample (ms) of a replay's bucket rows, aligned to read_cells' cells; NaN pads."""
+    rows = load_run(run, "RUN").rows
+    rows = rows[(rows["part"] == "bucket") & (rows["verdict"] == "pass")]
+    cell = f"{number}:" + rows["bucket"].astype(str) + "|" + rows["step"].astype(str) + "|" + rows["l2"].astype(str)
+    samples = [np.array(str(s).split(), dtype=float) for s in rows["samples_ms"]]
+    width = max(len(s) for s in samples)
+    out = np.full((len(cells), len(choices), width), np.nan)
+    where = {c: i for i, c in enumerate(cells)}
+    for c, choice, s in zip(cell, rows["backend"] + " " + rows["strategy"], samples):
+        out[where[c], choices.get_loc(choice), :len(s)] = s
+    return out
+
+
+def resampled(samples: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One bootstrap draw: every row's median over its samples drawn with replacement."""
+    counts = (~np.isnan(samples)).sum(axis=2)
+    drawn = np.take_along_axis(samples, (rng.random(samples.shape) * counts[..., None]).astype(int), axis=2)
+    drawn[np.isnan(samples)] = np.nan
+    return np.nanmedian(drawn, axis=2)
+
+
+def oracle_bias(noisy, times: pd.DataFrame, weights: pd.Series, draws: int, seed: int) -> float:
+    """Mean over pairs of independent draws of what the first draw's oracle picks cost in the second
+    minus the first draw's own minimum (ms, weighed): how much taking the minimum of noisy medians
+    gains. `noisy(rng)` is one draw of cell x choice times; the two draws of a pair share whatever
+    bias the draw itself has, so it cancels."""
+    rng = np.random.default_rng(seed)
+    lacking, w = np.isnan(times.to_numpy()), weights.to_numpy()
+    gaps = []
+    for _ in range(draws):
+        first, second = noisy(rng), noisy(rng)
+        first[lacking] = np.inf
+        picks = first.argmin(axis=1)
+        gaps.append(float(((second[np.arange(len(picks)), picks] - first.min(axis=1)) * w).sum()))
+    return float(np.mean(gaps))
+
+
+def held_out(atlas: Path, replays: list[Path], out: int, depth: int, min_leaf: float, draws: int, sigma: float,
+             seed: int) -> dict:
+    """One held-out trace's totals (ms): rule, statics, oracle, noise-corrected oracle."""
+    train = read_cells([atlas, *[r for i, r in enumerate(replays) if i != out]], None)
+    test = read_cells([replays[out]], None)
+    tree, weighting = fit_tree(train.features, train.times, train.weights, depth, seed, min_leaf)
+    times, weights = test.times, test.weights
+    rule_ms, oracle_ms, _ = regret(times, weights, predict(tree, test.features))
+    statics = times.mul(weights, axis=0).sum()
+    totals = {"rule": rule_ms, "best single": float(statics.min()),
+              "vLLM default": float(statics[vllm_default(test.gpus)]),
+              "FlashInfer default": float(statics.get(FLASHINFER_DEFAULT, np.nan)), "oracle": oracle_ms}
+    if draws:
+        samples = sample_matrix(replays[out], 0, times.index, times.columns)
+        noisy = (lambda rng: resampled(samples, rng)) if not sigma else \
+            (lambda rng: times.to_numpy() * np.exp(sigma * rng.standard_normal(times.shape)))
+        totals["oracle, noise-corrected"] = oracle_ms + oracle_bias(noisy, times, weights, draws, seed)
+    return {"trace": test.runs[0]["trace"] or str(replays[out]), "weighting": weighting, "totals": totals,
+            "picks": predict(tree, test.features), "cells": test}
+
+
+def table(results: list[dict]) -> str:
+    """Per held-out trace: each chooser's regret (%) over the per-step oracle (and the corrected one)."""
+    names = list(results[0]["totals"])
+    text = "| held-out trace | " + " | ".join(names[:-1] if names[-1].endswith("corrected") else names) + \
+        (" | rule over corrected oracle" if names[-1].endswith("corrected") else "") + " |\n"
+    text += "|---" * (text.count("|") - 1) + "|\n"
+    for result in results:
+        t = result["totals"]
+        cells = [f"{(t[n] / t['oracle'] - 1) * 100:.2f}" for n in names if not n.endswith("corrected")]
+        if "oracle, noise-corrected" in t:
+            corrected = t["oracle, noise-corrected"]
+            cells[-1] = f"0 ({(t['oracle'] / corrected - 1) * 100:+.2f} vs corrected)"
+            cells.append(f"{(t['rule'] / corrected - 1) * 100:.2f}")
+        text += f"| {result['trace'].split('/')[-1]} | " + " | ".join(cells) + " |\n"
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("atlas", type=Path)
+    parser.add_argument("replays", type=Path, nargs="+")
+    parser.add_argument("--depth", default="6", help="comma-separated depths, e.g. 1,2,3,4,5")
+    parser.add_argument("--min-leaf", type=float, default=MIN_LEAF, help="rule fit's --min-leaf")
+    parser.add_argument("--draws", type=int, default=0, help="bootstrap draws for the noise-corrected oracle")
+    parser.add_argument("--sigma", type=float, default=0.0,
+                        help="draw each row as its median x exp(sigma x normal) in place of resampling its samples")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    for depth in (int(d) for d in args.depth.split(",")):
+        results = [held_out(args.atlas, args.replays, i, depth, args.min_leaf, args.draws, args.sigma,
+                            args.seed) for i in range(len(args.replays))]
+        print(f"\n## depth {depth}, min leaf {args.min_leaf:g} (weightings kept: {', '.join(r['weighting'] for r in results)})\n")
+        print(table(results))
+
+
+if __name__ == "__main__":
+    main()
