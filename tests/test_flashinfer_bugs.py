@@ -25,7 +25,8 @@ def fake(version: str) -> FakeFlashInfer:
 
 
 @pytest.mark.parametrize("version, how", [("0.6.6", "measured"), ("0.7.2.post1", "by reading it"),
-                                          ("0.7.4", "by reading it"), ("0.9.0", "not checked"),
+                                          ("0.7.4", "by reading it"), ("0.7.0", "not read; 0.6.6 and 0.7.4"),
+                                          ("0.9.0", "not checked"), ("0.6.5", "not checked"),
                                           ("nonsense", "not checked")])
 def test_versions_with_the_bugs_are_refused_naming_the_version(version, how):
     pod = FlashInferBackend(fake(version)).graph_refusal("fused")

@@ -8,9 +8,10 @@ Each is written up as an upstream report (docs/kernels/flashinfer-bug-*.md):
   (include/flashinfer/attention/persistent.cuh, prefetch_offest), so a paged cache past 2^32 K
   elements is read at wrapped offsets.
 
-How each version is known: 0.6.6 by measurement on the H200; 0.7.0 to 0.7.4 by reading their
-sources (the same lines); a newer release is assumed to carry a bug until a release is known to fix
-it. When one does, set the bug's `fixed_in`: that release and later ones run.
+How each version is known: 0.6.6 by measurement on the H200; 0.7.2.post1 and 0.7.4 by reading their
+sources (the same lines; releases between 0.6.6 and 0.7.4 are assumed to share them); a newer release
+is assumed to carry a bug until a release is known to fix it. When one does, set the bug's
+`fixed_in`: that release and later ones run.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import dataclasses
 from packaging.version import InvalidVersion, Version
 
 MEASURED = Version("0.6.6")  # the release the bugs were measured on (docs/measurements/h200.md)
-READ = (Version("0.7.0"), Version("0.7.4"))  # releases whose sources were read: the same lines
+READ = (Version("0.7.2"), Version("0.7.4"))  # releases whose sources were read: the same lines
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,9 +52,11 @@ def evidence(seen: Version | None) -> str:
     """How a release is known to carry the bugs: measured, read in its source, or assumed."""
     if seen == MEASURED:
         return "measured"
-    if seen is not None and READ[0] <= seen <= READ[1]:
+    if seen in READ:
         return f"same source as {MEASURED}, by reading it"
-    return f"not checked; no fix known up to {READ[1]}"
+    if seen is not None and MEASURED < seen < READ[-1]:
+        return f"not read; {MEASURED} and {READ[-1]} have the same source"
+    return f"not checked; no fix known up to {READ[-1]}"
 
 
 BUGS = {
