@@ -9,7 +9,10 @@ whole (0.7.x puts it before the toolkit's on the include path, so a partial copy
 CCCL versions), and of the other C++/CUDA sources only those the attention modules' JIT sources
 reach by #include (csrc/{batch_decode,batch_prefill*,single_*,pod,batch_pod,batch_attention,page,
 cascade,quantization}*, FA2 and FA3/sm90). Nothing is stubbed: other ops import but cannot compile.
-tvm-ffi loses its C++ sources, 3rdparty/ and cmake files. Usage: fi_pack.py SITE WHEEL...
+Of the Python, two packages that `import flashinfer` 0.7.2.post1 does not import and the attention
+wrappers do not use are dropped (DROPPED: 39 MB of MoE-EP and model-specific experimental kernels,
+two thirds of the packed Python); a module the trace below shows imported stays. tvm-ffi loses its
+C++ sources, 3rdparty/ and cmake files. Usage: fi_pack.py SITE WHEEL...
 """
 
 import os
@@ -25,6 +28,10 @@ ATTENTION = re.compile(r"^(batch_decode(?!_mla)|batch_prefill|single_decode|sing
                        r"flashinfer_cascade_binding|quantization\.cu|flashinfer_quantization_binding)")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 PRUNED = ("include", "csrc", "cutlass", "spdlog")  # data/ folders cut to what the includes reach
+# Python not imported by `import flashinfer` 0.7.2.post1 (python -X importtime): moe_ep, and every
+# experimental package but the one its __init__ imports
+DROPPED = ("moe_ep", "experimental/*")
+IMPORTED = ("experimental/__init__.py", "experimental/cake_nvfp4_per_token")
 
 
 def extract(site: Path, wheels: list[str]) -> None:
@@ -44,6 +51,13 @@ def prune_tvm_ffi(site: Path) -> None:
     for name in ["3rdparty", "src", "share", "CMakeLists.txt"]:  # (core.so needs lib/)
         p = site / "tvm_ffi" / name
         shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+
+
+def prune_python(fi: Path) -> None:
+    for pattern in DROPPED:
+        for p in fi.glob(pattern):
+            if not any(p == fi / keep for keep in IMPORTED):
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
 
 
 def reached(data: Path) -> tuple[set[Path], set[str]]:
@@ -90,6 +104,7 @@ def prune_data(data: Path) -> None:
 def main(site: Path, wheels: list[str]) -> None:
     extract(site, wheels)
     prune_tvm_ffi(site)
+    prune_python(site / "flashinfer")
     prune_data(site / "flashinfer" / "data")
     for p in list(site.rglob("__pycache__")):
         shutil.rmtree(p)
