@@ -63,7 +63,8 @@ from attnbench.kernels.backends.flashinfer_common import (
     plan_info_details,
     refresher,
 )
-from attnbench.kernels.backends.flashinfer_pod import GRAPH_REFUSAL, fused_refusal, pod_parts
+from attnbench.kernels.backends.flashinfer_bugs import BUGS
+from attnbench.kernels.backends.flashinfer_pod import fused_refusal, pod_parts
 from attnbench.kernels.backends.launch import Part
 from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
@@ -104,8 +105,16 @@ class FlashInferBackend(LibraryBackend):
             return reason  # what is missing to import it, before what the GPU lacks
         return super().unavailable_reason()
 
+    def installed_version(self) -> str:
+        """The flashinfer version that runs (the test's stand-in's), or "unknown" where none imports."""
+        module = self._library if self._library is not None else find_flashinfer()[0]
+        return "unknown" if module is None else library_version(module)
+
     def graph_refusal(self, strategy: str) -> str | None:
-        return GRAPH_REFUSAL if strategy == "fused" else super().graph_refusal(strategy)
+        if strategy != "fused":
+            return super().graph_refusal(strategy)
+        reason = BUGS["pod-memset"].refusal(self.installed_version())
+        return f"fused: {reason}; POD is timed eagerly" if reason else None
 
     def supports(self, point: SweepPoint, strategy: str, device: torch.device) -> str | None:
         reason = super().supports(point, strategy, device)

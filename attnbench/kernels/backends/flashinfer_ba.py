@@ -8,9 +8,10 @@ arrays, workspaces, wrapper reuse, re-planning) is the `flashinfer` backend's.
 
 Its limit: with 0.6.6 it returned wrong output (far from the float32 reference) once the paged K
 cache spanned more than 2^32 elements (pages x page size x KV heads x head dim), and right output
-below, whatever the mix of decode and prefill rows: an unsigned 32-bit element offset would do
-exactly that. Such points are skipped with that reason, rather than measured and failed. The
-bisection that found the limit, batch by batch: docs/kernels/flashinfer.md.
+below, whatever the mix of decode and prefill rows: its kernel forms a page's element offset as a
+32-bit product (the `ba-int32` bug, flashinfer_bugs.py; 0.7.0 to 0.7.4 have the same source). On a
+release carrying it such points are skipped with that reason, rather than measured and failed; on
+one that fixes it they run. The bisection that found the limit: docs/kernels/flashinfer.md.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 
 from attnbench.kernels.backends.base import PlanContext
 from attnbench.kernels.backends.flashinfer import FlashInferBackend
+from attnbench.kernels.backends.flashinfer_bugs import BUGS
 from attnbench.kernels.backends.flashinfer_common import library_version, paged_kv_arrays, plan_info
 from attnbench.kernels.backends.launch import Part
 from attnbench.kernels.inputs import torch_dtype
@@ -38,9 +40,14 @@ class FlashInferBABackend(FlashInferBackend):
     name = "flashinfer-ba"
     description = "FlashInfer BatchAttention: one persistent kernel over the whole batch (unified)"
     strategies = ("unified",)
-    max_cache_elements = 2**32  # the module docstring: past it, BatchAttention 0.6.6 returned wrong output
-    cache_limit_why = ("past 2^32; BatchAttention (0.6.6) returned wrong output past it "
-                       "(docs/kernels/flashinfer.md)")
+
+    @property
+    def max_cache_elements(self) -> int | None:  # type: ignore[override]  # by the installed version
+        return 2**32 if BUGS["ba-int32"].refusal(self.installed_version()) else None
+
+    @property
+    def cache_limit_why(self) -> str:  # type: ignore[override]
+        return BUGS["ba-int32"].refusal(self.installed_version()) or ""
 
     def unavailable_reason(self) -> str | None:
         reason = super().unavailable_reason()

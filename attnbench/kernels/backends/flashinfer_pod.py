@@ -2,7 +2,7 @@
 
 POD-Attention (arXiv 2410.18038) runs a prefill and a batch of decodes in one launch, sharing the
 SMs between a compute-bound part and a memory-bound one. FlashInfer ships it as
-PODWithPagedKVCacheWrapper (flashinfer/pod.py in 0.6.6, the same API in 0.7.4), whose two sides
+PODWithPagedKVCacheWrapper (flashinfer/pod.py in 0.6.6, the same API in 0.7.2.post1 and 0.7.4), whose two sides
 take different inputs:
 
 - decode: paged, one query token per request (plan() sets qo_indptr to arange; the decode side
@@ -56,10 +56,6 @@ from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
 from attnbench.kernels.workload import SweepPoint
 
-GRAPH_REFUSAL = ("fused: FlashInfer's POD (0.6.6, include/flashinfer/attention/pod.cuh) zeroes its CTA-scheduler "
-                 "counters with a cudaMemset on the legacy stream before each launch, which a captured graph does not "
-                 "replay: every replay after the first did none of the work, far faster than the kernel can be, and "
-                 "left the first run's output (docs/kernels/flashinfer.md); POD is timed eagerly")
 POD_MAX_GROUP = 16  # csrc/pod.cu's decode CTA_TILE_Q: the planner's tile for groups of up to 16
 GATHER_REPEATS = 5  # timed gathers behind fi_pod_gather_us (their median)
 IN_LAUNCH_KERNELS = "2 index_select (prefill K/V pages to contiguous) + 2 copies (POD's outputs to out)"
