@@ -140,18 +140,29 @@ def test_rounds_refine_and_a_resume_with_a_larger_budget_measures_nothing_twice(
     none): refinement rounds run as sweeps, and a resume continues them without repeating a cell."""
     import attnbench.runs.atlas as job
 
-    real = job._read_outcomes
+    real, real_table, judged = job._read_outcomes, job.cell_table, []
 
-    def named(run, shape, cpu):
-        return {c: CellOutcome("A" if c[NAMES.index("tokens")] < CROSS else "B") for c in real(run, shape, cpu)}
+    def named(run, shape, cpu, round_number=None):
+        return {c: CellOutcome("A" if c[NAMES.index("tokens")] < CROSS else "B")
+                for c in real(run, shape, cpu, round_number)}
+
+    def counted(rows, heads, cpu):
+        judged.append(len(table := real_table(rows, heads, cpu)))
+        return table
     monkeypatch.setattr(job, "_read_outcomes", named)
+    monkeypatch.setattr(job, "cell_table", counted)
     argv = [*SMALL[:2], "0.5", *SMALL[3:]]  # one decode share: the tokens axis alone varies
     out = tmp_path / "run"
     first = invoke(*argv, "--max-cells", "3", "--out", out)
     assert first.exit_code == 0, first.output
     assert "cell budget (3 cells) ended" in first.output
+    def cells() -> int:
+        return len(pd.read_csv(out / "results.csv").drop_duplicates(subset=CELL_COLUMNS))
+    judged_first = sum(judged)
+    assert judged_first == cells()  # each round judges its own cells, none again
     second = invoke(*argv, "--max-cells", "20", "--resume", out)
     assert second.exit_code == 0, second.output
+    assert sum(judged) - judged_first == cells()  # the resume judges the earlier cells once, then only new ones
     rows = pd.read_csv(out / "results.csv")
     assert not rows.duplicated(subset=[*CELL_COLUMNS, "backend", "strategy"]).any()
     tokens = sorted(rows["cell_tokens"].unique())

@@ -86,6 +86,21 @@ def worst(verdicts) -> str:
     return min(found, key=order.index) if found else ""
 
 
+def compare_checks(head: dict, reference: str, ref, run: str, other) -> dict:
+    """One row of agreement.csv: `head`'s columns, the two runs compared ("strategy mode"), then
+    the Agreement of `other`'s check run (tokens, logits) with `ref`'s."""
+    result = compare_generations(ref.tokens, ref.logits, other.tokens, other.logits)
+    return {**head, "reference": reference, "run": run, **result.row()}
+
+
+def settle_agreement(agreements: list[dict], backend: str, run: str) -> tuple[str, str]:
+    """A run's agreement, the worst comparison of `backend` it is in (run: "strategy mode"), and
+    the problem that makes of its row ("" unless the agreement fails). The e2e runner and the
+    trace serves both settle their rows with it, so a point and a trace judge alike."""
+    verdict = worst(a["verdict"] for a in agreements if a["backend"] == backend and run in (a["reference"], a["run"]))
+    return verdict, (f"agreement {verdict}" if verdict in FAILING else "")
+
+
 def run_metrics(runs, batch_size: int, output_len: int) -> dict:
     """Latency percentiles and step times over measured runs (engine.Generation objects)."""
     def pct(values, q):

@@ -24,7 +24,7 @@ from attnbench.e2e.engine import Engine, Generation
 from attnbench.e2e.model import PRESETS, ModelArgs, Transformer, fused, random_model
 from attnbench.e2e.modes import GraphChoice, GraphMode
 from attnbench.e2e.parallel import SINGLE, TensorParallel, all_reduce_outputs_, random_rank_model
-from attnbench.e2e.agreement import FAILING, compare_generations, run_metrics, worst
+from attnbench.e2e.agreement import compare_checks, run_metrics, settle_agreement
 from attnbench.e2e.rows import E2E_POINT, E2EHead, E2EMeasures
 from attnbench.e2e.scheduler import KVCache, make_prompts
 from attnbench.e2e.turns import interval_cells, measure_turns, ratio_cells
@@ -236,20 +236,17 @@ def backend_agreements(args: E2EArgs, backend: str, mode: str, rows: list[dict],
         ref, run = checks.get((backend, ref_s, ref_m)), checks.get((backend, run_s, run_m))
         if ref is None or run is None or {ref_s, run_s} & failed:
             continue
-        result = compare_generations(ref.tokens, ref.logits, run.tokens, run.logits)
-        found.append({**{k: fields[k] for k in E2E_POINT}, "backend": backend,
-                      "reference": f"{ref_s} {ref_m}", "run": f"{run_s} {run_m}", **result.row()})
+        found.append(compare_checks({**{k: fields[k] for k in E2E_POINT}, "backend": backend},
+                                    f"{ref_s} {ref_m}", ref, f"{run_s} {run_m}", run))
     return found
 
 
 def settle_verdicts(rows: list[dict], agreements: list[dict]) -> None:
     """Each row's agreement (the worst comparison it is in) and, for a measured row, its verdict."""
     for row in rows:
-        mine = [a["verdict"] for a in agreements if a["backend"] == row["backend"]
-                and f"{row['strategy']} {row['mode']}" in (a["reference"], a["run"])]
-        row["agreement"] = worst(mine)
+        row["agreement"], problem = settle_agreement(agreements, row["backend"], f"{row['strategy']} {row['mode']}")
         if row["verdict"] == "pass":
-            problems = [f"agreement {row['agreement']}" if row["agreement"] in FAILING else "",
+            problems = [problem,
                         "" if row["finite"] else "logits have NaN/inf",
                         "" if row["repeatable"] else "measured runs' tokens differ from the check run's"]
             problems = [p for p in problems if p]

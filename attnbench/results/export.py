@@ -12,6 +12,7 @@ ratio, ...) would land in one cell. Splitting on those columns first keeps every
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -140,23 +141,49 @@ def to_gab(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
 # ---- Bencher Metric Format --------------------------------------------------------------------------
 
 NS_PER = {"ms": 1e6, "s": 1e9}  # Bencher's built-in `latency` measure is in nanoseconds
+KERNEL_RATES = (("throughput", "tflops", 1e12), ("bandwidth-gb-s", "gbps", 1.0))  # measure, column, to its unit
+
+
+def _metric(value: float, low: float, high: float, scale: float) -> dict:
+    """A BMF metric; bounds only where both are finite numbers."""
+    metric = {"value": float(value) * scale}
+    if math.isfinite(low) and math.isfinite(high):
+        metric.update(lower_value=float(low) * scale, upper_value=float(high) * scale)
+    return metric
+
+
+def _float(row, column: str) -> float:
+    """A row's number in `column`; NaN where the column is missing, empty or no number."""
+    value = pd.to_numeric(row.get(column) if column else None, errors="coerce")
+    return math.nan if value is None or pd.isna(value) else float(value)
+
+
+def bmf_measures(row, kind: ResultKind) -> dict:
+    """A timed row's Bencher measures: `latency` in ns within the row's interval (p10..p90; e2e
+    p50..p90); where the row has a rate, Bencher's built-in `throughput` (operations/s: a kernel's
+    FLOP/s, an e2e run's output tokens/s) and a kernel's `bandwidth-gb-s`. A kernel's rates are the
+    same work over the latency's bounds, so their bounds are rate x median / p90 .. rate x median / p10."""
+    low_col, high_col = kind.spread
+    value = float(row[kind.measure])
+    low, high = (_float(row, low_col) if low_col else value), _float(row, high_col)
+    found = {"latency": _metric(value, low, high, NS_PER[kind.unit])}
+    if kind is KERNEL:
+        for name, column, scale in KERNEL_RATES:
+            rate = _float(row, column)
+            if math.isfinite(rate) and rate > 0:
+                found[name] = _metric(rate, rate * value / high if high > 0 else math.nan,
+                                      rate * value / low if low > 0 else math.nan, scale)
+    elif kind is E2E and math.isfinite(rate := _float(row, "output_tok_s")):
+        found["throughput"] = {"value": rate}  # no interval: results.csv holds one rate per row
+    return found
 
 
 def to_bmf(df: pd.DataFrame, kind: ResultKind = KERNEL) -> str:
-    """Bencher Metric Format: {benchmark name: {"latency": {value, lower_value, upper_value}}} in ns,
-    named as the gab entries are (a series keeps its name from run to run); the bounds are the row's
-    p10..p90 (an e2e row: p50..p90)."""
+    """Bencher Metric Format: {benchmark name: {measure: {value, lower_value, upper_value}}}, named
+    as the gab entries are (a series keeps its name from run to run); bmf_measures says which."""
     entries = entries_of(df, kind)
     timed = df[df["verdict"].isin(MEASURED)]
-    scale = NS_PER[kind.unit]
-    low_col, high_col = kind.spread
-    report = {}
-    for entry, (_, row) in zip(entries, timed.iterrows()):
-        low = row[low_col] if low_col else row[kind.measure]
-        metric = {"value": float(row[kind.measure]) * scale}
-        if pd.notna(low) and pd.notna(row.get(high_col)):
-            metric.update(lower_value=float(low) * scale, upper_value=float(row[high_col]) * scale)
-        report[entry["name"]] = {"latency": metric}
+    report = {entry["name"]: bmf_measures(row, kind) for entry, (_, row) in zip(entries, timed.iterrows())}
     return json.dumps(report, indent=2) + "\n"
 
 

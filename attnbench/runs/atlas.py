@@ -188,7 +188,7 @@ def run_atlas(args: AtlasArgs, console: Console, command: list[str]) -> Path:
         def measure(coords: list) -> dict:
             rounds[0] += 1
             _measure_round(coords, rounds[0], kargs, shape, writer, gpu_name, console, run.path)
-            found = _read_outcomes(run, shape, cpu)
+            found = _read_outcomes(run, shape, cpu, rounds[0])  # explore keeps the earlier rounds' outcomes
             return {c: found[c] for c in coords if c in found}
 
         stopped, where, exploration = None, None, None
@@ -274,6 +274,10 @@ def _scaled(args: AtlasArgs) -> dict[str, str]:
             if getattr(args, a.name) is None and CPU_DEFAULTS[a.name] != GPU_DEFAULTS[a.name]}
 
 
-def _read_outcomes(run: RunDir, shape: CellShape, cpu: bool) -> dict:
+def _read_outcomes(run: RunDir, shape: CellShape, cpu: bool, round_number: int | None = None) -> dict:
+    """The cells' outcomes judged from results.csv: every cell's (a resume), or one round's only
+    (a round judges its own cells, once: judging them all again each round grew with rounds x cells)."""
     rows = pd.read_csv(run.path / "results.csv", dtype=files.TEXT_COLUMNS)
+    if round_number is not None:
+        rows = rows[pd.to_numeric(rows["round"]) == round_number]
     return outcomes(cell_table(rows, shape.heads, cpu)) if len(rows) else {}

@@ -21,7 +21,7 @@ import torch
 from rich.console import Console
 
 from attnbench.device import device_name
-from attnbench.e2e.agreement import FAILING, compare_generations, worst
+from attnbench.e2e.agreement import compare_checks, settle_agreement
 from attnbench.e2e.engine import Engine
 from attnbench.e2e.modes import GraphChoice
 from attnbench.e2e.runner import ModelEngines, ModelSpec, row_head
@@ -132,13 +132,11 @@ def strategy_agreements(backend: str, choice: GraphChoice, prepared: list[Choice
     for strategy, run in checks.items():
         if strategy == "unified" or ref is None:
             continue
-        result = compare_generations(ref.tokens, ref.logits, run.tokens, run.logits)
-        found.append({"backend": backend, "cudagraph": choice.cudagraph.value, "reference": f"unified {mode}",
-                      "run": f"{strategy} {mode}", **result.row()})
+        found.append(compare_checks({"backend": backend, "cudagraph": choice.cudagraph.value},
+                                    f"unified {mode}", ref, f"{strategy} {mode}", run))
     for c in prepared:
-        c.head["agreement"] = worst([a["verdict"] for a in found if f"{c.strategy} {mode}" in (a["reference"], a["run"])])
-        if c.head["agreement"] in FAILING:
-            c.check_failure = "; ".join(p for p in (f"agreement {c.head['agreement']}", c.check_failure) if p)
+        c.head["agreement"], problem = settle_agreement(found, backend, f"{c.strategy} {mode}")
+        c.check_failure = "; ".join(p for p in (problem, c.check_failure) if p)
         if c.check is not None:
             c.check_tokens, c.check = c.check.tokens, None
     return found
