@@ -156,11 +156,12 @@ def test_every_kernel_flag_is_a_key_and_reaches_kernel_args(tmp_path):
         json = true
     """
     flags = scenario.command_flags("kernel")
+    adaptive = set(ADAPTIVE_BODY)  # exclusive with `replicates`: the next test sets them
     # an on/off flag added since this test was written: flipped here, checked to arrive as a field
     newer = {k: not f.default for k, f in flags.items() if f.type == "boolean" and f"\n        {k} =" not in body}
     body += "".join(f"{k} = {str(v).lower()}\n" for k, v in newer.items())
     sc = scenario.load_scenario(write(tmp_path, body.replace("        ", "")))
-    assert set(sc.given) == set(flags), "the file above must set every flag"
+    assert set(sc.given) == set(flags) - adaptive, "the file above must set every flag"
     args = args_of(sc)
     assert all(getattr(args, flags[k].param) == v for k, v in newer.items())
     assert (args.shapes, args.kv_heads, args.tokens, args.kind, args.strategy, args.backend, args.mode) == (
@@ -174,6 +175,18 @@ def test_every_kernel_flag_is_a_key_and_reaches_kernel_args(tmp_path):
     assert (args.devices, args.shard) == ("cpu,cpu", "1/2")
     assert args.point_timeout == 30.0
     assert args.replicates == 4
+
+
+ADAPTIVE_BODY = {"min_replicates": 3, "max_replicates": 5, "threshold": '"3%"'}
+
+
+def test_the_adaptive_replicate_flags_reach_kernel_args(tmp_path):
+    """The flags of replicates that stop when enough, which a file cannot set beside `replicates`."""
+    sc = scenario.load_scenario(write(tmp_path, 'heads = 8\ndim = 32\n' + "".join(
+        f"{k} = {v}\n" for k, v in ADAPTIVE_BODY.items())))
+    assert set(ADAPTIVE_BODY) <= set(sc.given)
+    args = args_of(sc)
+    assert (args.min_replicates, args.max_replicates, args.threshold) == (3, 5, "3%")
 
 
 def test_cli_flags_override_the_file(tmp_path):
