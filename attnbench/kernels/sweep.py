@@ -27,12 +27,12 @@ import torch
 
 from attnbench.errors import error_reason
 from attnbench.kernels.backends.base import Backend, Plan
-from attnbench.kernels.backends.reference import reference_attention
 from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.check import check_twice
 from attnbench.kernels.inputs import HEADROOM, Inputs, input_bytes, make_inputs
 from attnbench.kernels.metadata import build_metadata, measure_host_us
 from attnbench.kernels.parts import split_parts, time_parts
+from attnbench.kernels.refcache import ReferenceCache, compute_reference
 from attnbench.kernels.rows import BatchColumns, Measurement, RunColumns, cells
 from attnbench.kernels.replicate_rule import ReplicateRule
 from attnbench.kernels.slots import Slot, close_together, finished
@@ -105,8 +105,10 @@ class Prepared:
 class PointRunner:
     """Everything measured for one point, over its replicates, sharing its reference output."""
 
-    def __init__(self, plan: SweepPlan, point: SweepPoint, gpu_name: str | None):
-        self.plan, self.point, self.gpu_name = plan, point, gpu_name
+    def __init__(self, plan: SweepPlan, point: SweepPoint, gpu_name: str | None,
+                 references: ReferenceCache | None = None):
+        """`references`: a process's cache of reference outputs (ab's workers: kernels/refcache.py)."""
+        self.plan, self.point, self.gpu_name, self.references = plan, point, gpu_name, references
         self.device = torch.device(plan.device)
         self.batch = build_batch(point)
         self.base = point_fields(point, self.batch)
@@ -125,10 +127,8 @@ class PointRunner:
                     if self.device.type == "cuda":
                         torch.cuda.empty_cache()
                 inputs = make_inputs(self.point, self.device)  # the last one's still held: placed elsewhere
-                if reference is None:
-                    reference = reference_attention(
-                        inputs.q, inputs.k_cache, inputs.v_cache, list(inputs.batch.query_lens),
-                        list(inputs.batch.kv_lens), inputs.block_table, self.point.causal, self.point.softmax_scale)
+                if reference is None:  # the same every replicate: the inputs are drawn from the point's seed
+                    reference = self.references.reference(inputs) if self.references else compute_reference(inputs)
                 for backend in list(backends):
                     self._replicate(backend, inputs, reference, slots)
                     done = finished(backends, slots, [backend])

@@ -31,6 +31,17 @@ def versions() -> dict:
     return {**env, "attnbench_path": os.path.dirname(os.path.abspath(attnbench.__file__))}
 
 
+def reference_cache() -> dict:
+    """PointRunner's keyword for this process's reference cache: each round rebuilds a point's
+    inputs from its seed, so its reference is kept (kernels/refcache.py). A side whose attnbench
+    predates the cache gets none and computes the reference every round."""
+    try:
+        from attnbench.kernels.refcache import ReferenceCache
+    except ImportError:
+        return {}
+    return {"references": ReferenceCache()}
+
+
 def setup(spec: dict):
     """The side's point runner: every plan field from the parent, one replicate per call."""
     import torch
@@ -46,9 +57,11 @@ def setup(spec: dict):
                      modes=tuple(spec["modes"]), timing=TimingConfig(**spec["timing"]), device=spec["device"],
                      replicates=1, lacking=tuple(tuple(pair) for pair in spec["lacking"]))
 
+    references = reference_cache()
+
     def measure(point: dict) -> list[dict]:
         try:
-            return list(PointRunner(plan, SweepPoint(**point), gpu_name).rows())
+            return list(PointRunner(plan, SweepPoint(**point), gpu_name, **references).rows())
         finally:  # the other side's worker shares the GPU: hand back what this point's tensors cached
             if device.type == "cuda":
                 torch.cuda.empty_cache()
