@@ -13,13 +13,12 @@ interpreter rounds float32 to bf16 by truncation, which also stays within one un
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
+from interpreter import INTERPRETING, interpreted_ops, run_interpreted
 from gpu_e2e import cli_graph_run
 
 import attnbench.e2e
@@ -144,24 +143,14 @@ def test_a_failing_kernel_falls_back_for_that_op_and_the_status_says_which(fresh
 
 # the kernels under Triton's interpreter, on CPU tensors
 
-INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
-
-
 @pytest.mark.skipif(INTERPRETING, reason="this is the interpreter's process already")
 def test_the_kernels_under_triton_s_interpreter_match_float64():
-    """The flag is read when triton's own library functions (tl.sum's combine) are decorated, at
-    `import triton`, so the interpreted tests run in a process started with it."""
-    pytest.importorskip("triton", reason="triton is not installed (CI's CPU torch has none): no interpreter run")
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "interpreted"],
-                            env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, check=False)
-    assert result.returncode == 0 and " passed" in result.stdout and "skipped" not in result.stdout, result.stdout[-4000:]
+    run_interpreted(__file__)
 
 
 @pytest.fixture(scope="module")
 def interpreted():
-    if not INTERPRETING:
-        pytest.skip("run by test_the_kernels_under_triton_s_interpreter_match_float64 with TRITON_INTERPRET=1")
-    return pytest.importorskip("attnbench.e2e.fused_ops", reason="triton does not import")
+    return interpreted_ops()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from attnbench.e2e.elementwise import fused, triton_ops
+from attnbench.errors import UsageError
 from attnbench.kernels.backends.base import Backend, Plan
 from attnbench.kernels.metadata import SplitMetadata, VarlenMetadata
 from attnbench.kernels.workload import SweepPoint
@@ -23,13 +25,32 @@ def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: t
     v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v)
 
 
+KV_WRITES = ("torch", "triton")  # two index_copy_ launches (K, then V), or fused_ops.write_kv's one
+
+
+def kv_writer(kv_write: str, device: torch.device | str):
+    """The write_kv a PagedAttention runs: "torch" anywhere, "triton" (one launch) on CUDA only."""
+    if kv_write not in KV_WRITES:
+        raise UsageError(f"kv_write: unknown {kv_write!r}; choose from {', '.join(KV_WRITES)}")
+    if kv_write == "torch":
+        return write_kv
+    if torch.device(device).type != "cuda":
+        raise UsageError(f"kv_write triton: a Triton kernel, it needs a CUDA device (here: {device})")
+    ops = triton_ops()
+    if ops is None:
+        raise UsageError(f"kv_write triton: {fused.status}")
+    return ops.write_kv
+
+
 class PagedAttention:
-    """The `attn(layer_id, q, k, v)` callable of one engine: a backend, a strategy, a KV cache."""
+    """The `attn(layer_id, q, k, v)` callable of one engine: a backend, a strategy, a KV cache, and
+    how each layer's new K/V reach the cache (kv_write: one of KV_WRITES)."""
 
     def __init__(self, backend: Backend, strategy: str, point: SweepPoint,
-                 k_cache: torch.Tensor, v_cache: torch.Tensor):
+                 k_cache: torch.Tensor, v_cache: torch.Tensor, kv_write: str = "torch"):
         # point carries what a plan reads from it: head shape, dtype, block size, causal, scale
         self.backend, self.strategy, self.point = backend, strategy, point
+        self.kv_write, self.write_kv = kv_write, kv_writer(kv_write, k_cache.device)
         self.k_cache, self.v_cache = k_cache, v_cache  # [layers, blocks, block_size, kv_heads, dim]
         self.layers = list(zip(k_cache.unbind(0), v_cache.unbind(0)))  # per-layer views, made once
         self.bound: Plan | None = None
@@ -45,5 +66,5 @@ class PagedAttention:
                  out: torch.Tensor | None = None) -> torch.Tensor:
         """out: where the output goes (piecewise graphs pass their static buffer's rows); new when None."""
         k_cache, v_cache = self.layers[layer]
-        write_kv(k_cache, v_cache, k, v, self.slot_mapping)
+        self.write_kv(k_cache, v_cache, k, v, self.slot_mapping)
         return self.bound.run(q, k_cache, v_cache, torch.empty_like(q) if out is None else out)

@@ -1,4 +1,5 @@
-"""The model's four small elementwise ops as hand-written Triton kernels, launched directly.
+"""The model's four small elementwise ops, and the paged K/V write, as hand-written Triton kernels
+launched directly.
 
 Why it exists: torch.compile fused these ops into one kernel each, but every eager call then went
 through dynamo's frame check, AOTAutograd's wrapper and Inductor's launcher before the kernel ran,
@@ -14,6 +15,10 @@ The kernels are written for this file; the work is split as vLLM's csrc/layernor
 (one block per token for fused_add_rms_norm) and Liger-Kernel's ops/rope.py (one program rotates
 a token's q and k heads) split theirs.
 
+write_kv stores a layer's new K and V in one launch where attention.write_kv's two index_copy_
+calls take two; the engine runs it when asked (PagedAttention's kv_write), not by default, until
+it has been timed against the two launches on a GPU (benchmarks/e2e_floor.py --kv-write).
+
 This module imports triton at the top: elementwise.py imports it only on the first CUDA call, so
 the CPU path and CI (no triton) never need it.
 """
@@ -24,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-MAX_ROPE_BLOCK = 4096  # elements of one rotate-half program (heads x half the head dim)
+MAX_HEAD_BLOCK = 4096  # elements of one program of the per-token kernels (heads x columns)
 
 
 @triton.jit
@@ -89,6 +94,24 @@ def _silu_and_mul_kernel(gate_up_ptr, out_ptr, gate_up_row_stride, n_cols, BLOCK
     tl.store(out_ptr + row * n_cols + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _write_kv_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr, k_token_stride, k_head_stride,
+                     v_token_stride, v_head_stride, cache_slot_stride, cache_head_stride, n_kv_heads, head_dim,
+                     HEADS: tl.constexpr, DIM: tl.constexpr):
+    """Program (token, block of HEADS kv heads): the token's k and v heads stored at its slot of
+    both caches, as vLLM's reshape_and_cache_flash stores both in one launch."""
+    token = tl.program_id(0).to(tl.int64)
+    heads = tl.program_id(1) * HEADS + tl.arange(0, HEADS)[:, None]
+    cols = tl.arange(0, DIM)[None, :]
+    mask = (heads < n_kv_heads) & (cols < head_dim)
+    slot = tl.load(slot_ptr + token).to(tl.int64)
+    to = slot * cache_slot_stride + heads * cache_head_stride + cols
+    k = tl.load(k_ptr + token * k_token_stride + heads * k_head_stride + cols, mask=mask)
+    v = tl.load(v_ptr + token * v_token_stride + heads * v_head_stride + cols, mask=mask)
+    tl.store(k_cache_ptr + to, k, mask=mask)
+    tl.store(v_cache_ptr + to, v, mask=mask)
+
+
 def _warps(elements: int, most: int) -> int:
     """A warp per 512 elements of a program's block, 1 .. most."""
     return max(1, min(most, elements // 512))
@@ -136,7 +159,7 @@ def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
     k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     if tokens:
         half_block = triton.next_power_of_2(half)
-        heads = min(triton.next_power_of_2(n_heads), max(1, MAX_ROPE_BLOCK // half_block))
+        heads = min(triton.next_power_of_2(n_heads), max(1, MAX_HEAD_BLOCK // half_block))
         _rope_kernel[(tokens, triton.cdiv(n_heads, heads))](
             q, k, cos, sin, q_out, k_out, q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos.stride(0),
             n_q_heads, n_heads, half, HEADS=heads, HALF=half_block, num_warps=_warps(heads * half_block, 8))
@@ -153,3 +176,24 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
         _silu_and_mul_kernel[(rows.shape[0], triton.cdiv(n_cols, block))](
             rows, out, rows.stride(0), n_cols, BLOCK=block, num_warps=_warps(block, 4))
     return out
+
+
+def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             slot_mapping: torch.Tensor) -> None:
+    """attention.write_kv as one launch: k and v [tokens, kv_heads, head_dim] (strided views of the
+    qkv GEMM's output will do) stored at slot_mapping's slots of the paged caches
+    [blocks, block_size, kv_heads, head_dim]. The two caches must share their strides."""
+    tokens, n_kv_heads, head_dim = k.shape
+    if k.stride(-1) != 1 or v.stride(-1) != 1:
+        k, v = k.contiguous(), v.contiguous()
+    k_slots, v_slots = k_cache.view(-1, *k_cache.shape[2:]), v_cache.view(-1, *v_cache.shape[2:])
+    if k_slots.stride() != v_slots.stride() or k_slots.stride(-1) != 1:
+        raise ValueError(f"write_kv: the caches' strides differ or are not unit along head_dim "
+                         f"({k_slots.stride()} and {v_slots.stride()})")
+    if tokens:
+        dim = triton.next_power_of_2(head_dim)
+        heads = min(triton.next_power_of_2(n_kv_heads), max(1, MAX_HEAD_BLOCK // dim))
+        _write_kv_kernel[(tokens, triton.cdiv(n_kv_heads, heads))](
+            k, v, k_cache, v_cache, slot_mapping, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+            k_slots.stride(0), k_slots.stride(1), n_kv_heads, head_dim, HEADS=heads, DIM=dim,
+            num_warps=_warps(heads * dim, 4))

@@ -85,16 +85,18 @@ def attention_point(args: ModelArgs, dtype: str, block_size: int) -> SweepPoint:
 
 
 class ModelEngines:
-    """The model, the KV cache and one engine per (backend, strategy, GraphMode, policy), made on first use."""
+    """The model, the KV cache and one engine per (backend, strategy, GraphMode, policy), made on first use;
+    kv_write: how every engine's layers store their new K/V (attention.KV_WRITES)."""
 
     def __init__(self, model: Transformer, max_num_seqs: int, max_model_len: int, block_size: int = 16,
-                 chunk_size: int | None = None, seed: int = 0, tp: TensorParallel = SINGLE):
+                 chunk_size: int | None = None, seed: int = 0, tp: TensorParallel = SINGLE, kv_write: str = "torch"):
         dtype = model.tok_embeddings.dtype
         self.tp = tp  # under --tp every rank runs as many requests as rank 0 decides (turns.measure_turns)
         self.model, self.max_num_seqs, self.max_model_len, self.chunk_size = model, max_num_seqs, max_model_len, chunk_size
         self.point = attention_point(model.args, str(dtype).removeprefix("torch."), block_size)
         self.cache = KVCache(model.args, KVCache.blocks_for(max_num_seqs, max_model_len, block_size), block_size,
                              dtype, model.tok_embeddings.device, seed)
+        self.kv_write = kv_write
         self.engines: dict[tuple[str, str, GraphMode, str], Engine] = {}
         model.setup_rope(max_model_len)
 
@@ -102,7 +104,8 @@ class ModelEngines:
                graph_policy: str = "safe") -> Engine:
         key = (backend, strategy, cudagraph, graph_policy if cudagraph == GraphMode.FULL else "")
         if key not in self.engines:
-            attn = PagedAttention(get_backend(backend), strategy, self.point, self.cache.k, self.cache.v)
+            attn = PagedAttention(get_backend(backend), strategy, self.point, self.cache.k, self.cache.v,
+                                  self.kv_write)
             self.engines[key] = Engine(self.model, self.cache, attn, self.max_num_seqs, self.max_model_len,
                                        self.chunk_size, cudagraph, graph_policy)
         return self.engines[key]

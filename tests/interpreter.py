@@ -1,0 +1,32 @@
+"""Running a test file's Triton kernels under Triton's CPU interpreter, in a child pytest process.
+
+Why a child: TRITON_INTERPRET is read when `import triton` decorates triton's own library functions
+(tl.sum's combine), so the interpreted tests need a process started with it. A test file keeps its
+interpreted tests' names containing "interpreted", asks for the `interpreted_ops` result as their
+fixture, and has one parent test call run_interpreted(__file__).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def run_interpreted(test_file: str) -> None:
+    """The file's "interpreted" tests, run under the interpreter: all must pass, none skip."""
+    pytest.importorskip("triton", reason="triton is not installed (CI's CPU torch has none): no interpreter run")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file, "-k", "interpreted"],
+                            env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, check=False)
+    assert result.returncode == 0 and " passed" in result.stdout and "skipped" not in result.stdout, result.stdout[-4000:]
+
+
+def interpreted_ops():
+    """attnbench.e2e.fused_ops in the interpreter's process; a skip in any other."""
+    if not INTERPRETING:
+        pytest.skip("run under TRITON_INTERPRET=1 by its file's run_interpreted test")
+    return pytest.importorskip("attnbench.e2e.fused_ops", reason="triton does not import")
