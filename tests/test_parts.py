@@ -24,8 +24,9 @@ from attnbench.results.fusion import fusion_table
 from attnbench.results.read import load_run
 
 # what each part's launch costs on top of its arithmetic: far enough apart that a part timed with the other's
-# launch, or with both, cannot pass for itself even when the CPU reference's own arithmetic takes 1-2 ms
-DECODE_MS, PREFILL_MS = 2.0, 10.0
+# launch, or with both, cannot pass for itself, even when the CPU reference's own arithmetic and a loaded
+# machine add a few ms (each part may run up to the other part's cost over its own)
+DECODE_MS, PREFILL_MS = 5.0, 25.0
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
 
@@ -75,7 +76,7 @@ def test_each_part_is_timed_alone_on_its_own_launch(costed):
     split = df.loc[("mixed", "split")]
     # the parts' costs, not swapped (decode < PREFILL_MS), not summed (prefill < PREFILL_MS + DECODE_MS)
     assert PREFILL_MS <= split["prefill_part_ms"] < PREFILL_MS + DECODE_MS
-    assert DECODE_MS <= split["decode_part_ms"] < DECODE_MS + 3.0
+    assert DECODE_MS <= split["decode_part_ms"] < PREFILL_MS
     assert split["median_ms"] >= PREFILL_MS + DECODE_MS  # the split row times both launches
     fused = df.loc[("mixed", "fused")]
     assert (fused["prefill_part_ms"], fused["decode_part_ms"]) == (split["prefill_part_ms"], split["decode_part_ms"])
