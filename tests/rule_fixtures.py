@@ -28,16 +28,22 @@ def cell_lengths(index: int, prefill: int) -> dict:
 
 
 def write_run(path: Path, prefills=PREFILLS, times=synthetic_times, verdict: str = "pass",
-              choices: tuple[str, ...] | None = None, **columns) -> Path:
-    """A replay run directory (results.csv, buckets.csv, env.json) of one bucket per prefill size,
-    bucket i standing for i + 1 steps; `columns` override the template's (mode="eager")."""
+              choices: tuple[str, ...] | None = None, lengths_of=cell_lengths, context_columns: bool = False,
+              **columns) -> Path:
+    """A replay run directory (results.csv, buckets.csv, env.json) of one bucket per prefill size
+    (or whatever `lengths_of(i, value)` makes of each value), bucket i standing for i + 1 steps;
+    `columns` override the template's (mode="eager"). The template's rows predate the columns that
+    tell a batch's decode context from its prefill chunks'; `context_columns` writes them."""
     template = pd.read_csv(EXAMPLE / "results.csv", dtype=str, keep_default_na=False).iloc[0]
     rows, steps = [], []
-    for i, prefill in enumerate(prefills):
-        lengths = cell_lengths(i, prefill)
+    for i, value in enumerate(prefills):
+        lengths = lengths_of(i, value)
         kv = lengths["decode_kv_lens"] + lengths["prefill_kv_lens"]
         decode = len(lengths["decode_kv_lens"])
-        for choice, ms in times(prefill).items():
+        prefill = sum(lengths["prefill_query_lens"])
+        context = {"decode_kv_tokens": sum(lengths["decode_kv_lens"]),
+                   "max_prefill_query_len": max(lengths["prefill_query_lens"], default=0)} if context_columns else {}
+        for choice, ms in times(value).items():
             if choices is not None and choice not in choices:
                 continue
             backend, strategy = choice.split(" ")
@@ -46,7 +52,7 @@ def write_run(path: Path, prefills=PREFILLS, times=synthetic_times, verdict: str
                          "num_seqs": len(kv), "num_decode_seqs": decode, "decode_seqs": decode,
                          "max_kv_len": max(kv), "total_kv_tokens": sum(kv), "context": max(kv), "seed": i,
                          "backend": backend, "strategy": strategy, "median_ms": ms, "p10_ms": ms, "p90_ms": ms,
-                         "verdict": verdict, "lengths_rule": f"synthetic bucket {i}", **columns})
+                         "verdict": verdict, "lengths_rule": f"synthetic bucket {i}", **context, **columns})
         steps += [(len(steps) + j, "mixed", decode, decode + prefill, sum(kv), i) for j in range(i + 1)]
     path.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(path / "results.csv", index=False)

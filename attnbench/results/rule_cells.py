@@ -36,10 +36,18 @@ FEATURES = {
     "total_kv_tokens": "KV tokens of every sequence, summed",
     "max_kv_len": "the longest sequence's KV length",
     "mean_kv_len": "total KV tokens over sequences",
+    "decode_kv_tokens": "KV tokens of the decode rows, summed (what split's decode kernel reads)",
+    "mean_decode_kv_len": "decode_kv_tokens over decode rows",
+    "prefill_kv_tokens": "KV tokens of the other rows, summed",
+    "max_prefill_query_len": "the longest prefill chunk's query tokens",
     "num_heads": "query heads",
     "gqa_group": "query heads per KV head",
     "head_dim": "head dim",
 }
+# the features read off the columns that tell a batch's two halves apart; rows written before those
+# columns existed lack them, and a fit over such rows goes without these features, and says so
+CONTEXT_FEATURES = ("decode_kv_tokens", "mean_decode_kv_len", "prefill_kv_tokens", "max_prefill_query_len")
+CONTEXT_COLUMNS = ["decode_kv_tokens", "max_prefill_query_len"]
 ABOUT = ("device", "gpu", "backend", "library", "library_version", "mode", "dtype")
 POINT_COLUMNS = [name for name in SweepPoint.__dataclass_fields__]
 BATCH_COLUMNS = ["batch_tokens", "num_decode_seqs", "num_seqs", "max_kv_len", "total_kv_tokens",
@@ -47,11 +55,18 @@ BATCH_COLUMNS = ["batch_tokens", "num_decode_seqs", "num_seqs", "max_kv_len", "t
 
 
 def feature_values(decode_rows: int, query_tokens: int, num_seqs: int, total_kv: int, max_kv: int,
-                   num_heads: int, num_kv_heads: int, head_dim: int) -> dict[str, float]:
-    """FEATURES of one batch from its sizes (rule.py computes the same from the step's lengths)."""
+                   num_heads: int, num_kv_heads: int, head_dim: int, decode_kv: int | None = None,
+                   max_prefill_query: int | None = None) -> dict[str, float]:
+    """FEATURES of one batch from its sizes (rule.py computes the same from the step's lengths);
+    without decode_kv and max_prefill_query (older rows), CONTEXT_FEATURES are NaN."""
+    nan = float("nan")
     return {"decode_rows": decode_rows, "prefill_tokens": query_tokens - decode_rows,
             "decode_share": decode_rows / query_tokens if query_tokens else 0.0, "num_seqs": num_seqs,
             "total_kv_tokens": total_kv, "max_kv_len": max_kv, "mean_kv_len": total_kv / num_seqs if num_seqs else 0.0,
+            "decode_kv_tokens": nan if decode_kv is None else decode_kv,
+            "mean_decode_kv_len": nan if decode_kv is None else decode_kv / decode_rows if decode_rows else 0.0,
+            "prefill_kv_tokens": nan if decode_kv is None else total_kv - decode_kv,
+            "max_prefill_query_len": nan if max_prefill_query is None else max_prefill_query,
             "num_heads": num_heads, "gqa_group": num_heads / num_kv_heads if num_kv_heads else 0.0,
             "head_dim": head_dim}
 
@@ -69,6 +84,7 @@ class Cells:
     gpus: list[str]
     libraries: dict[str, str]
     about: pd.DataFrame  # the distinct device, GPU, library and mode columns of the rows (for titles)
+    lacking: list[str]  # FEATURES left out of `features`: some cells' rows predate their columns
 
 
 def run_cells(path: Path, mode: str | None, number: int) -> tuple[pd.DataFrame, dict]:
@@ -144,14 +160,25 @@ def read_cells(paths: list[Path], mode: str | None) -> Cells:
     first = long.drop_duplicates("cell").set_index("cell").reindex(times.index)
     features = pd.DataFrame([feature_values(*(int(r[c]) for c in ("num_decode_seqs", "batch_tokens", "num_seqs",
                                                                     "total_kv_tokens", "max_kv_len", "num_heads",
-                                                                    "num_kv_heads", "head_dim")))
+                                                                    "num_kv_heads", "head_dim")),
+                                            *(_count(r.get(c)) for c in CONTEXT_COLUMNS))
                              for _, r in first.iterrows()], index=times.index)
+    lacking = [name for name in features.columns if features[name].isna().any()]
     if times.shape[1] < 2:
         raise AttnbenchError(f"RUN: the runs hold one choice ({times.columns[0]}) that passed: nothing to choose "
                              "between")
     libraries = {str(b): str(v) for b, v in long.drop_duplicates("backend")[["backend", "library_version"]]
                  .itertuples(index=False)}
     run_of = pd.Series([int(cell.split(":")[0]) for cell in times.index], index=times.index)
-    return Cells(features, times, first["weight"].astype(float), run_of, runs,
+    return Cells(features.drop(columns=lacking), times, first["weight"].astype(float), run_of, runs,
                  sorted(long["gpu"].dropna().astype(str).unique()), libraries,
-                 long[[c for c in ABOUT if c in long.columns]].drop_duplicates())
+                 long[[c for c in ABOUT if c in long.columns]].drop_duplicates(), lacking)
+
+
+def _count(value) -> int | None:
+    """A context column's value as an int; None where the row lacks it (a blank, or no such column)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number == number else None

@@ -177,6 +177,13 @@ def tree_words(node: dict, depth: int = 0) -> list[str]:
             + [f"{pad}else ({node['feature']} > {node['threshold']:g}):"] + tree_words(node["gt"], depth + 1))
 
 
+def tree_features(node: dict) -> set[str]:
+    """The features a (checked) tree splits on."""
+    if "choice" in node:
+        return set()
+    return {node["feature"]} | tree_features(node["le"]) | tree_features(node["gt"])
+
+
 def check_tree(node: object, features: set[str], where: str = "tree") -> None:
     """A tree read back from rule.json: every node a leaf with a choice ("backend strategy") or a
     split on a known feature at a number; AttnbenchError naming the node otherwise."""

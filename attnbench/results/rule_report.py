@@ -72,7 +72,7 @@ def scopes(cells: Cells) -> dict[str, pd.Index]:
 
 def rule_json(tree: dict, cells: Cells, fit: dict, tables: dict[str, list[Line]]) -> dict:
     return {"format": "attnbench-rule", "version": 1, "choose": "backend strategy", "tree": tree,
-            "features": FEATURES, "choices": list(cells.times.columns), "gpu": cells.gpus,
+            "features": FEATURES, "features_lacking": cells.lacking, "choices": list(cells.times.columns), "gpu": cells.gpus,
             "library_versions": cells.libraries, "runs": cells.runs, "fit": fit,
             "regret_pct": {scope: {f"{l.name} [{l.choice}]": None if math.isnan(l.regret_pct) else round(l.regret_pct, 3)
                                    for l in lines} for scope, lines in tables.items()}}
@@ -99,6 +99,10 @@ def choose(decode_kv_lens, prefill_query_lens, prefill_kv_lens, num_heads, num_k
     total_kv_tokens = sum(kv_lens)
     max_kv_len = max(kv_lens, default=0)
     mean_kv_len = total_kv_tokens / num_seqs if num_seqs else 0.0
+    decode_kv_tokens = sum(decode_kv_lens)
+    mean_decode_kv_len = decode_kv_tokens / decode_rows if decode_rows else 0.0
+    prefill_kv_tokens = sum(prefill_kv_lens)
+    max_prefill_query_len = max(prefill_query_lens, default=0)
     decode_share = decode_rows / query_tokens if query_tokens else 0.0
     gqa_group = num_heads / num_kv_heads if num_kv_heads else 0.0
 {body}'''
@@ -126,13 +130,20 @@ def summary_md(tree: dict, cells: Cells, fit: dict, tables: dict[str, list[Line]
             f"each leaf answering the choice with the lowest time over its cells. Regret: time over the per-cell "
             f"oracle's, in percent. \"rule, cross-validated\" chooses each cell with a tree fitted without it "
             f"({fit['folds']}-fold, seed {fit['seed']}); \"rule, fitted\" with the tree below, which saw every cell.\n\n"
-            "## The rule\n\n```\n" + "\n".join(tree_words(tree)) + "\n```\n")
+            + (f"{lacking_note(cells.lacking)}\n\n" if cells.lacking else "")
+            + "## The rule\n\n```\n" + "\n".join(tree_words(tree)) + "\n```\n")
     for scope, lines in tables.items():
         low, high = fit["cross_validated_range_pct"][scope]
         text += (f"\n## Regret: {scope}\n\n" + table_md(lines) + f"\nOver {fit['draws']} draws of the folds (seeds "
                  f"{fit['seed']}-{fit['seed'] + fit['draws'] - 1}) the cross-validated regret is {low:.2f}-{high:.2f} %.\n"
                  + (replay_oracle_note(lines) if scope.startswith("trace of") else ""))
     return text
+
+
+def lacking_note(lacking: list[str]) -> str:
+    return (f"Fitted without {', '.join(lacking)}: some rows predate the columns they are read from "
+            "(decode_kv_tokens, max_prefill_query_len), so the rule cannot tell the decode rows' context from "
+            "the prefill chunks'. Measure again with this attnbench to give it them.")
 
 
 def replay_oracle_note(lines: list[Line]) -> str:

@@ -19,9 +19,10 @@ from attnbench.errors import AttnbenchError, UsageError
 from attnbench.results.figures import CPU_MARK, is_cpu
 from attnbench.results.rule_cells import FEATURES, read_cells
 from attnbench.results.rule_fit import (MIN_LEAF, check_depth, check_min_leaf, check_tree, cross_validated, fit_tree,
-                                        predict, regret)
+                                        predict, regret, tree_features)
 from attnbench.results.rule_plot import plot_rule
-from attnbench.results.rule_report import CPU_NOTE, dumps, regret_lines, rule_json, rule_py, scopes, summary_md, table_md
+from attnbench.results.rule_report import (CPU_NOTE, dumps, lacking_note, regret_lines, rule_json, rule_py, scopes,
+                                           summary_md, table_md)
 from attnbench.runs.rundir import RunDir
 
 MAX_FOLDS = 100
@@ -84,6 +85,8 @@ def run_rule_fit(args: RuleFitArgs, console: Console) -> Path:
         run.record(plot_rule(cells, tables, run.path / "rule_regret.png"))
     if is_cpu(cells.about):  # as replay's summary: CPU timings are a pipeline demo, their regrets no finding
         console.print(f"{CPU_MARK}: {CPU_NOTE}; so do the regrets below", highlight=False, soft_wrap=True)
+    if cells.lacking:
+        console.print(f"note: {lacking_note(cells.lacking)}", highlight=False, soft_wrap=True)
     for scope, lines in tables.items():
         rule = next(l for l in lines if l.name == "rule, cross-validated")
         console.print(f"{scope}: rule {rule.regret_pct:.2f} % over the oracle (cross-validated; {spread[scope][0]:.2f}-"
@@ -119,6 +122,10 @@ def run_rule_apply(rule_dir: Path, runs: list[Path], mode: str | None, console: 
     """An existing rule's regret on other runs, beside the static choices: printed, nothing written."""
     record = read_rule(rule_dir)
     cells = read_cells(runs, mode)
+    missing = sorted(tree_features(record["tree"]) - set(cells.features.columns))
+    if missing:
+        raise UsageError(f"RUN: the rule splits on {', '.join(missing)}, which the rows lack (written by an older "
+                         "attnbench); measure them again, or apply a rule fitted without them")
     picks = {"rule": predict(record["tree"], cells.features)}
     for scope, index in scopes(cells).items():
         console.print(f"## Regret: {scope}\n")
