@@ -10,6 +10,7 @@ something.
 from __future__ import annotations
 
 import math
+import signal
 
 import pytest
 import torch
@@ -77,3 +78,12 @@ def rel_l2(actual: torch.Tensor, expected: torch.Tensor) -> float:
 @pytest.fixture
 def cpu_generator() -> torch.Generator:
     return torch.Generator().manual_seed(1234)
+
+
+def pytest_configure(config):
+    """Ctrl-C as KeyboardInterrupt, wherever the suite was started: a shell starts a background job
+    (`cmd &`, nohup) with SIGINT ignored, and Python then installs no handler for it, so the tests
+    that stop a run with SIGINT (and the attnbench processes they start, which inherit the
+    disposition) would see nothing happen. CI ran its suite that way once and failed on it."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
