@@ -105,11 +105,13 @@ def test_interpreted_write_matches_the_per_slot_copy(interpreted, tokens, kv_hea
     check_write(interpreted.write_kv, tokens, kv_heads, head_dim, dtype, "cpu")
 
 
-def test_interpreted_write_refuses_caches_of_different_strides(interpreted):
+def test_interpreted_write_refuses_caches_of_other_strides_or_dtypes(interpreted):
     k, v, k_cache, _, slots = write_case(2, 2, 64, torch.bfloat16, "cpu")
     v_cache = torch.zeros(k_cache.shape[:-1] + (128,), dtype=torch.bfloat16)[..., :64]
     with pytest.raises(ValueError, match="the caches' strides differ"):
         interpreted.write_kv(k_cache, v_cache, k, v, slots)
+    with pytest.raises(ValueError, match="must share a dtype"):
+        interpreted.write_kv(k_cache, k_cache.half(), k, v, slots)
 
 
 # the kernel on a GPU

@@ -190,6 +190,9 @@ def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: t
     if k_slots.stride() != v_slots.stride() or k_slots.stride(-1) != 1:
         raise ValueError(f"write_kv: the caches' strides differ or are not unit along head_dim "
                          f"({k_slots.stride()} and {v_slots.stride()})")
+    if not k.dtype == v.dtype == k_cache.dtype == v_cache.dtype:  # a copy, not a cast (index_copy_ refuses one too)
+        raise ValueError(f"write_kv: k, v and the caches must share a dtype ({k.dtype}, {v.dtype}, "
+                         f"{k_cache.dtype}, {v_cache.dtype})")
     if tokens:
         dim = triton.next_power_of_2(head_dim)
         heads = min(triton.next_power_of_2(n_kv_heads), max(1, MAX_HEAD_BLOCK // dim))
