@@ -60,7 +60,8 @@ def interrupted(stopped: BaseException, finished: int, total: int, out_dir: Path
 def signals_deferred() -> Iterator[list[BaseException]]:
     """Within the block, SIGINT and SIGTERM are held: the block runs to its end, then the first one
     held is raised (as KeyboardInterrupt or SignalReceived). For the few seconds of writing a
-    stopped run's tables, which a second Ctrl-C must not leave half written."""
+    stopped run's tables, which a second Ctrl-C must not leave half written. A signal the process
+    ignores (SIGINT under nohup or `cmd &`) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield []
         return
@@ -69,7 +70,8 @@ def signals_deferred() -> Iterator[list[BaseException]]:
     def hold(signum, frame):
         held.append(KeyboardInterrupt() if signum == signal.SIGINT else SignalReceived(signum))
 
-    previous = {number: signal.signal(number, hold) for number in (signal.SIGINT, signal.SIGTERM)}
+    previous = {number: signal.signal(number, hold) for number in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(number) is not signal.SIG_IGN}
     try:
         yield held
     finally:
