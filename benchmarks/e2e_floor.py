@@ -4,8 +4,10 @@
    less than bf16 weight bytes / the device's copy bandwidth (measured here: read + write bytes of
    a 2 GiB device-to-device copy, CUDA events). Goal (issue 24): attnbench's decode step under
    CUDA graphs within 1.3x the floor.
-   The step's projections alone (its GEMVs in one graph, three ways of issuing them) show how
-   much of the step is weight reads and how much everything else.
+   The step's projections alone (its GEMVs in one graph, four ways of issuing them: cuBLAS as the
+   model does, cuBLASLt, torch.mv, and fused_ops.gemv's one-pass Triton GEMV), and each projection
+   shape alone, show how much of the step is weight reads, how much everything else, and which
+   way reads each shape's weights fastest (e2e_floor_parts.py).
    Under `--cudagraph full` (issue 11) every step replays a graph: the batch-1 prefill step of
    --input-len tokens against the batch-1 decode step of the same engine (goal: within 1.5x).
 2. Hugging Face transformers on the same random weights (LlamaForCausalLM from a LlamaConfig, our
@@ -35,104 +37,13 @@ import torch
 
 from attnbench.e2e.runner import ModelEngines
 from attnbench.e2e.agreement import run_metrics
-from attnbench.e2e.attention import kv_writer
 from attnbench.e2e.scheduler import make_prompts
 from attnbench.e2e.checkpoint import hf_state_dict
 from attnbench.e2e.model import ModelArgs, fused, random_model
 from attnbench.e2e.modes import GraphMode
+from e2e_floor_parts import WAYS, copy_bandwidth_gbs, gemv_per_shape, kv_write_alone, projections_alone, replay_ms
 
-
-def copy_bandwidth_gbs(device: torch.device, gib: float = 2.0, reps: int = 20) -> float:
-    src = torch.empty(int(gib * 2**30), dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        dst.copy_(src)
-    end.record()
-    torch.cuda.synchronize(device)
-    return 2 * src.numel() * reps / (start.elapsed_time(end) / 1e3) / 1e9
-
-
-def graph_ms(calls, reps: int = 20) -> float:
-    """calls() captured in one CUDA graph (run once first, outside the capture, so kernels load and
-    compile there), then replayed back to back: milliseconds per replay (CUDA events)."""
-    calls()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        calls()
-    graph.replay()
-    return replay_ms(graph.replay, reps)
-
-
-def replay_ms(replay, reps: int) -> float:
-    """Milliseconds per call of replay, called reps times back to back with no host work between."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
-
-
-def projections_alone(model, floor_ms: float, reps: int = 20) -> dict:
-    """The decode step's weight reads without the rest of the step: every layer's four projections
-    and the LM head on one token, in one CUDA graph, replayed back to back (CUDA events). Three
-    ways of issuing the same matrix-vector products: F.linear as the model does (cuBLAS picks its
-    kernel), F.linear with cuBLASLt preferred, and torch.mv (cuBLAS GEMV on the weight as stored).
-    Their time is what the step cannot beat without other GEMV kernels; the step's time above it
-    is the norms, RoPE, KV writes, attention and the gaps between kernels."""
-    weights = [w for layer in model.layers for w in (layer.attention.wqkv, layer.attention.wo,
-                                                      layer.feed_forward.w13, layer.feed_forward.w2)]
-    weights.append(model.output)
-    xs = [torch.randn(1, w.shape[1], dtype=w.dtype, device=w.device) for w in weights]
-    outs = {}
-
-    def linear(w, x):
-        return torch.nn.functional.linear(x, w)
-
-    def mv(w, x):
-        return torch.mv(w, x[0])
-    for name, blas, run in (("linear", "cublas", linear), ("linear_cublaslt", "cublaslt", linear), ("mv", "cublas", mv)):
-        previous = torch.backends.cuda.preferred_blas_library()
-        torch.backends.cuda.preferred_blas_library(blas)
-        try:  # the first, uncaptured call: cuBLAS picks and loads its kernels outside the capture
-            ms = graph_ms(lambda: [run(w, x) for w, x in zip(weights, xs)], reps)
-            outs[f"gemv_{name}_ms"], outs[f"gemv_{name}_floor_ratio"] = ms, ms / floor_ms
-        except RuntimeError as exc:  # one way failing leaves the others measured
-            outs[f"gemv_{name}_ms"] = f"failed: {str(exc).splitlines()[0][:120]}"
-        finally:
-            torch.backends.cuda.preferred_blas_library(previous)
-    return outs
-
-
-def kv_write_alone(margs: ModelArgs, kv_writes: list[str], device: torch.device, tokens=(1, 16, 256, 2048),
-                   reps: int = 20) -> dict:
-    """One step's K/V writes (n_layer of them, each into its own layer's cache, k and v strided views
-    of a qkv output as the model hands them over) in one CUDA graph per write, replayed back to back:
-    microseconds per step, and whether every write left the same cache bytes as the first."""
-    outs = {}
-    kv_size, q_size = margs.n_kv_head * margs.head_dim, margs.n_head * margs.head_dim
-    for n in tokens:
-        qkv = torch.randn(n, q_size + 2 * kv_size, dtype=torch.bfloat16, device=device)
-        k, v = (t.view(n, margs.n_kv_head, margs.head_dim) for t in qkv[:, q_size:].split(kv_size, dim=-1))
-        blocks = -(-n // 16) + 1
-        slots = torch.randperm(blocks * 16, device=device)[:n]
-        caches = {}
-        for kv_write in kv_writes:
-            write = kv_writer(kv_write, device)
-            cache = torch.zeros(2, margs.n_layer, blocks, 16, margs.n_kv_head, margs.head_dim,
-                                dtype=torch.bfloat16, device=device)
-            ms = graph_ms(lambda: [write(cache[0, layer], cache[1, layer], k, v, slots)
-                                   for layer in range(margs.n_layer)], reps)
-            outs[f"kv_write_{kv_write}_{n}tok_us"] = ms * 1e3
-            caches[kv_write] = cache
-        first = caches[kv_writes[0]]
-        outs[f"kv_write_{n}tok_same_bytes"] = all(torch.equal(c, first) for c in caches.values())
-    return outs
+WAY_NAMES = [name for name, _, _ in WAYS]
 
 
 def measured(engine, prompt: list[int], output_len: int, warmup: int, iters: int):
@@ -219,7 +130,13 @@ def print_table(r: dict, input_len: int, output_len: int, kv_writes: list[str]) 
     rows = [("copy bandwidth (GB/s, read+write)", f"{r['copy_gbs']:.0f}", ""),
             ("weight-read floor (ms)", f"{r['floor_ms']:.3f}", f"{r['weight_gb']:.2f} GB bf16 weights"),
             *[(f"projections alone, {k} (ms)", f"{r[f'gemv_{k}_ms']:.3f}", f"{r[f'gemv_{k}_floor_ratio']:.2f}x floor")
-              for k in ("linear", "linear_cublaslt", "mv") if f"gemv_{k}_floor_ratio" in r],
+              for k in WAY_NAMES if f"gemv_{k}_floor_ratio" in r],
+            *[(f"projection {shape} ({r[f'{shape}_shape']}), one call (us): " + " / ".join(WAY_NAMES),
+               " / ".join(f"{r[f'{shape}_{k}_us']:.1f}" if isinstance(r.get(f"{shape}_{k}_us"), float) else "failed"
+                          for k in WAY_NAMES),
+               "GB/s " + " / ".join(f"{r[f'{shape}_{k}_gbs']:.0f}" if f"{shape}_{k}_gbs" in r else "-" for k in WAY_NAMES)
+               + f"; triton {r[f'{shape}_triton_config']}")
+              for shape in ("wqkv", "wo", "w13", "w2", "lm_head") if f"{shape}_shape" in r],
             *[(f"one step's K/V writes, {n} token(s), kv-write {w} (us)", f"{r[f'kv_write_{w}_{n}tok_us']:.1f}",
                f"same cache bytes: {r[f'kv_write_{n}tok_same_bytes']}")
               for n in (1, 16, 256, 2048) for w in kv_writes if f"kv_write_{w}_{n}tok_us" in r],
@@ -298,6 +215,7 @@ def main() -> None:
 
     model = random_model(margs, torch.bfloat16, device, seed=0)
     save("projections alone", **projections_alone(model, results["floor_ms"]))
+    save("projections per shape", **gemv_per_shape(model))
     save("kv write alone", **kv_write_alone(margs, args.kv_write, device))
     prompt = make_prompts(1, args.input_len, margs.vocab_size, seed=0)[0]
     ours = attnbench_runs(model, args, prompt, results["floor_ms"], save)

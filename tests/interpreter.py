@@ -1,9 +1,10 @@
 """Running a test file's Triton kernels under Triton's CPU interpreter, in a child pytest process.
 
 Why a child: TRITON_INTERPRET is read when `import triton` decorates triton's own library functions
-(tl.sum's combine), so the interpreted tests need a process started with it. A test file keeps its
-interpreted tests' names containing "interpreted", asks for the `interpreted_ops` result as their
-fixture, and has one parent test call run_interpreted(__file__).
+(tl.sum's combine), so the interpreted tests need a process started with it. A test file names its
+interpreted tests with "interpreted", has them take the `interpreted` fixture, and gets both the
+fixture and the parent test that runs them from one line:
+`test_under_triton_s_interpreter, interpreted = interpreter_tests(__file__)`.
 """
 
 from __future__ import annotations
@@ -30,3 +31,16 @@ def interpreted_ops():
     if not INTERPRETING:
         pytest.skip("run under TRITON_INTERPRET=1 by its file's run_interpreted test")
     return pytest.importorskip("attnbench.e2e.fused_ops", reason="triton does not import")
+
+
+def interpreter_tests(test_file: str):
+    """(the parent test, run where TRITON_INTERPRET is not set; the `interpreted` fixture: fused_ops in
+    the interpreter's process, a skip elsewhere) for the test module at test_file."""
+    @pytest.mark.skipif(INTERPRETING, reason="this is the interpreter's process already")
+    def parent():
+        run_interpreted(test_file)
+
+    @pytest.fixture(scope="module")
+    def interpreted():
+        return interpreted_ops()
+    return parent, interpreted

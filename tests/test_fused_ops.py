@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from interpreter import INTERPRETING, interpreted_ops, run_interpreted
+from interpreter import interpreter_tests
 from gpu_e2e import cli_graph_run
 
 import attnbench.e2e
@@ -143,14 +143,7 @@ def test_a_failing_kernel_falls_back_for_that_op_and_the_status_says_which(fresh
 
 # the kernels under Triton's interpreter, on CPU tensors
 
-@pytest.mark.skipif(INTERPRETING, reason="this is the interpreter's process already")
-def test_the_kernels_under_triton_s_interpreter_match_float64():
-    run_interpreted(__file__)
-
-
-@pytest.fixture(scope="module")
-def interpreted():
-    return interpreted_ops()
+test_the_kernels_under_triton_s_interpreter_match_float64, interpreted = interpreter_tests(__file__)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from interpreter import INTERPRETING, interpreted_ops, run_interpreted
+from interpreter import interpreter_tests
 from gpu_e2e import backend_params
 
 from attnbench.e2e.attention import KV_WRITES, PagedAttention, kv_writer, write_kv
@@ -89,14 +89,7 @@ def test_torch_is_the_default_and_triton_is_refused_off_cuda():
 
 # the kernel under Triton's interpreter, on CPU tensors
 
-@pytest.mark.skipif(INTERPRETING, reason="this is the interpreter's process already")
-def test_the_kernel_under_triton_s_interpreter_matches_the_per_slot_copy():
-    run_interpreted(__file__)
-
-
-@pytest.fixture(scope="module")
-def interpreted():
-    return interpreted_ops()
+test_the_kernel_under_triton_s_interpreter_matches_the_per_slot_copy, interpreted = interpreter_tests(__file__)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

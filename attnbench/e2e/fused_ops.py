@@ -17,7 +17,9 @@ a token's q and k heads) split theirs.
 
 write_kv stores a layer's new K and V in one launch where attention.write_kv's two index_copy_
 calls take two; the engine runs it when asked (PagedAttention's kv_write), not by default, until
-it has been timed against the two launches on a GPU (benchmarks/e2e_floor.py --kv-write).
+it has been timed against the two launches on a GPU (benchmarks/e2e_floor.py --kv-write). gemv is
+a decode step's projection in one pass with no split-K; benchmarks/e2e_floor.py times it beside
+cuBLAS per projection shape, and the model keeps F.linear until that says otherwise.
 
 This module imports triton at the top: elementwise.py imports it only on the first CUDA call, so
 the CPU path and CI (no triton) never need it.
@@ -112,6 +114,32 @@ def _write_kv_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr, k_token_s
     tl.store(v_cache_ptr + to, v, mask=mask)
 
 
+@triton.jit
+def _gemv_kernel(x_ptr, w_ptr, y_ptr, n_out, k_in, x_row_stride, w_row_stride, y_row_stride,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Program (block of BLOCK_N outputs, one row of x): y[m, n] = sum over k of x[m, k] w[n, k],
+    the whole of K in one program (no split-K, so no second reduction kernel), in float32."""
+    m = tl.program_id(1).to(tl.int64)
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < n_out
+    w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * w_row_stride
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    for k0 in range(0, k_in, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        k_mask = k < k_in
+        xk = tl.load(x_ptr + m * x_row_stride + k, mask=k_mask, other=0.0).to(tl.float32)
+        w = tl.load(w_rows + k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0).to(tl.float32)
+        acc += w * xk[None, :]
+    tl.store(y_ptr + m * y_row_stride + offs_n, tl.sum(acc, axis=1).to(y_ptr.dtype.element_ty), mask=n_mask)
+
+
+# (BLOCK_N, BLOCK_K, num_warps): from few outputs a program (many programs: every SM busy on a
+# 4096-output projection) to many (fewer, longer programs); autotuned per (outputs, inputs) on CUDA
+GEMV_CONFIGS = ((4, 1024, 4), (8, 512, 4), (16, 256, 4), (16, 512, 8), (32, 256, 8), (64, 128, 4))
+_gemv_tuned = triton.autotune([triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w) for n, k, w in GEMV_CONFIGS],
+                              key=["n_out", "k_in"])(_gemv_kernel)
+
+
 def _warps(elements: int, most: int) -> int:
     """A warp per 512 elements of a program's block, 1 .. most."""
     return max(1, min(most, elements // 512))
@@ -200,3 +228,32 @@ def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: t
             k, v, k_cache, v_cache, slot_mapping, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
             k_slots.stride(0), k_slots.stride(1), n_kv_heads, head_dim, HEADS=heads, DIM=dim,
             num_warps=_warps(heads * dim, 4))
+
+
+def gemv(x: torch.Tensor, w: torch.Tensor, config: tuple[int, int, int] | None = None) -> torch.Tensor:
+    """x [rows, K] @ w [N, K]^T for a decode step's few rows, one launch with no split-K: each
+    program reads its outputs' weight rows whole. `config` (one of GEMV_CONFIGS) fixes the blocks;
+    without it they are autotuned per shape on the first call (CUDA only: the interpreter cannot
+    time), and gemv_config(N, K) says which won. Each row re-reads w: for batch-1 decode steps."""
+    rows = _rows(x)
+    if w.stride(-1) != 1 or rows.shape[1] != w.shape[1]:
+        raise ValueError(f"gemv: x {tuple(x.shape)} and w {tuple(w.shape)} (strides {w.stride()}) do not multiply")
+    n_out, k_in = w.shape
+    y = torch.empty((*x.shape[:-1], n_out), dtype=x.dtype, device=x.device)
+    if rows.shape[0]:
+        args = (rows, w, y, n_out, k_in, rows.stride(0), w.stride(0), n_out)
+        if config is None:
+            _gemv_tuned[lambda meta: (triton.cdiv(n_out, meta["BLOCK_N"]), rows.shape[0])](*args)
+        else:
+            block_n, block_k, warps = config
+            _gemv_kernel[(triton.cdiv(n_out, block_n), rows.shape[0])](*args, BLOCK_N=block_n, BLOCK_K=block_k,
+                                                                       num_warps=warps)
+    return y
+
+
+def gemv_config(n_out: int, k_in: int) -> str:
+    """The blocks the autotuner chose for this shape ("not tuned" before its first call)."""
+    for key, config in getattr(_gemv_tuned, "cache", {}).items():
+        if tuple(key[:2]) == (n_out, k_in):
+            return f"BLOCK_N={config.kwargs['BLOCK_N']} BLOCK_K={config.kwargs['BLOCK_K']} warps={config.num_warps}"
+    return "not tuned"
