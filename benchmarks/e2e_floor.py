@@ -15,15 +15,17 @@
    --hf-compile also as transformers runs a static cache by default (torch.compile,
    reduce-overhead). Goal: attnbench's request latency at least 1.5x lower.
 
-Each engine row runs once per `--kv-write` (attention.KV_WRITES: K and V stored by two index_copy_
-launches, or by fused_ops.write_kv's one), on the same model in the same run, so their ratio is
-solid; "kv write alone" times just the writes of one step (every layer's, in one CUDA graph) at a
-few token counts, and checks that both writes leave the same cache bytes.
+Each engine row runs once per engine of `--engines`, a K/V write (attention.KV_WRITES: K and V
+stored by two index_copy_ launches, or by fused_ops.write_kv's one) and a projection
+(elementwise.PROJECTIONS: F.linear, or fused_ops.gemv on one-token steps), on the same model in
+the same run, so their ratios are solid; "kv write alone" times just the writes of one step (every
+layer's, in one CUDA graph) at a few token counts, and checks that both writes leave the same
+cache bytes; "engines agree" compares every engine's tokens and first logits with the first's.
 
 Both figures are printed whatever they are. Results go to --out as JSON after every stage, so a
 run cut short by a timeout keeps what it measured. Not a test: nothing here asserts.
 
-    python3 benchmarks/e2e_floor.py --out floor.json --hf-compile [--kv-write torch,triton]
+    python3 benchmarks/e2e_floor.py --out floor.json --hf-compile [--engines torch+linear,triton+linear,triton+gemv]
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ import torch
 from attnbench.e2e.runner import ModelEngines
 from attnbench.e2e.agreement import run_metrics
 from attnbench.e2e.scheduler import make_prompts
+from attnbench.e2e.attention import KV_WRITES
 from attnbench.e2e.checkpoint import hf_state_dict
+from attnbench.e2e.elementwise import PROJECTIONS
 from attnbench.e2e.model import ModelArgs, fused, random_model
 from attnbench.e2e.modes import GraphMode
 from e2e_floor_parts import WAYS, copy_bandwidth_gbs, gemv_per_shape, kv_write_alone, projections_alone, replay_ms
@@ -61,7 +65,8 @@ def attnbench_run(runner: ModelEngines, backend: str, strategy: str, prompt: lis
     check, metrics = measured(engine, prompt, output_len, warmup, iters)
     replay = engine.decode.replays[1]  # the batch-1 decode graph's replay
     return {**metrics, "graph_replay_ms": replay_ms(replay, 50),  # the step's GPU time with no host work between
-            "tokens": check.tokens[0], "first_logits": check.logits[0, 0].float()}
+            "tokens": check.tokens[0], "first_logits": check.logits[0, 0].float(),
+            "decode_logits": check.logits[0, 1].float()}  # the first decode step's (the first is the prefill's)
 
 
 def full_graph_steps(runner: ModelEngines, backend: str, strategy: str, prompt: list[int], output_len: int,
@@ -125,8 +130,9 @@ def goal(value: float, bound: float, at_most: bool = True) -> str:
     return f"goal {'<=' if at_most else '>='} {bound}: {'met' if met else 'not met'}"
 
 
-def print_table(r: dict, input_len: int, output_len: int, kv_writes: list[str]) -> None:
-    runs = [f"{s}_{w}" for w in kv_writes for s in ("unified", "split")]
+def print_table(r: dict, input_len: int, output_len: int, engines: list[str]) -> None:
+    runs = [f"{s}_{w}" for w in engines for s in ("unified", "split")]
+    kv_writes = list(dict.fromkeys(engine.split("+")[0] for engine in engines))
     rows = [("copy bandwidth (GB/s, read+write)", f"{r['copy_gbs']:.0f}", ""),
             ("weight-read floor (ms)", f"{r['floor_ms']:.3f}", f"{r['weight_gb']:.2f} GB bf16 weights"),
             *[(f"projections alone, {k} (ms)", f"{r[f'gemv_{k}_ms']:.3f}", f"{r[f'gemv_{k}_floor_ratio']:.2f}x floor")
@@ -147,12 +153,15 @@ def print_table(r: dict, input_len: int, output_len: int, kv_writes: list[str]) 
                f"{r[f'full_{run}_prefill_step_ms']:.3f} / {r[f'full_{run}_decode_step_ms']:.3f}",
                f"{r[f'full_{run}_prefill_over_decode']:.2f}x ({goal(r[f'full_{run}_prefill_over_decode'], 1.5)})")
               for run in runs if f"full_{run}_prefill_step_ms" in r],
-            *[(f"attnbench request {input_len}/{output_len} bs1, unified, kv-write {w} (s)",
-               f"{r[f'unified_{w}_request_p50_s']:.3f}", "") for w in kv_writes if f"unified_{w}_request_p50_s" in r],
+            *[(f"{key.removesuffix('_first_divergence')}: tokens part at / first decode logits rel L2",
+               f"{r[key]} / {r[key.replace('_first_divergence', '_decode_logits_rel_l2')]:.2e}", "")
+              for key in r if key.endswith("_first_divergence") and not key.startswith("hf_")],
+            *[(f"attnbench request {input_len}/{output_len} bs1, unified, {w} (s)",
+               f"{r[f'unified_{w}_request_p50_s']:.3f}", "") for w in engines if f"unified_{w}_request_p50_s" in r],
             *[(f"transformers {k.split('_')[1]} static-cache generate (s)", f"{r[f'{k}_request_p50_s']:.3f}",
                "; ".join(f"attnbench ({w}) {r[f'{k}_speedup_of_attnbench_{w}']:.2f}x faster "
                          f"({goal(r[f'{k}_speedup_of_attnbench_{w}'], 1.5, at_most=False)})"
-                         for w in kv_writes if f"{k}_speedup_of_attnbench_{w}" in r))
+                         for w in engines if f"{k}_speedup_of_attnbench_{w}" in r))
               for k in ("hf_eager", "hf_compiled") if f"{k}_request_p50_s" in r]]
     print("\n| measure | value | note |\n|---|---|---|")
     for row in rows:
@@ -160,26 +169,57 @@ def print_table(r: dict, input_len: int, output_len: int, kv_writes: list[str]) 
 
 
 def attnbench_runs(model, args, prompt: list[int], floor_ms: float, save) -> dict:
-    """The decode-graph and full-graph rows of both strategies, once per --kv-write, each write
-    on its own engines (and KV cache) over the same model."""
+    """The decode-graph and full-graph rows of both strategies, once per engine of --engines (a K/V
+    write and a projection), each on its own engines and KV cache over the same model."""
     ours = {}
-    for kv_write in args.kv_write:
+    for variant in args.engines:
+        kv_write, projection = variant.split("+")
+        model.use_projection(projection)
         runner = ModelEngines(model, max_num_seqs=1, max_model_len=args.input_len + args.output_len, kv_write=kv_write)
         for strategy in ("unified", "split"):
-            run = f"{strategy}_{kv_write}"
+            run = f"{strategy}_{variant}"
             ours[run] = m = attnbench_run(runner, args.backend, strategy, prompt, args.output_len, args.warmup, args.iters)
             save(f"attnbench {run}", fused_ops=fused.status, **{
                 f"{run}_decode_step_ms": m["decode_step_p50_ms"], f"{run}_graph_replay_ms": m["graph_replay_ms"],
                 f"{run}_request_p50_s": m["request_p50_s"], f"{run}_floor_ratio": m["decode_step_p50_ms"] / floor_ms})
         for strategy in ("unified", "split"):
             full = full_graph_steps(runner, args.backend, strategy, prompt, args.output_len, args.warmup, args.iters)
-            save(f"full graphs {strategy}_{kv_write}", **{f"full_{strategy}_{kv_write}_{k}": v for k, v in full.items()})
+            save(f"full graphs {strategy}_{variant}", **{f"full_{strategy}_{variant}_{k}": v for k, v in full.items()})
         del runner
         torch.cuda.empty_cache()
-    for strategy in ("unified", "split"):  # the writes store the same bytes: the same greedy tokens
-        tokens = [ours[f"{strategy}_{w}"]["tokens"] for w in args.kv_write]
-        save(f"kv writes agree, {strategy}", **{f"{strategy}_kv_writes_same_tokens": all(t == tokens[0] for t in tokens)})
+    model.use_projection("linear")
+    save("engines agree", **engines_agree(ours, args.engines))
     return ours
+
+
+def engines_agree(ours: dict, engines: list[str]) -> dict:
+    """Against the first engine: the K/V writes store the same bytes, so one projection gives the
+    same greedy tokens; the gemv sums in another order, so its tokens part at a near tie if at all:
+    the step they part at, and the first decode step's logits' relative L2 distance (the prefill,
+    many token rows, runs F.linear under every projection)."""
+    outs = {}
+    for strategy in ("unified", "split"):
+        base = ours[f"{strategy}_{engines[0]}"]
+        for variant in engines[1:]:
+            other = ours[f"{strategy}_{variant}"]
+            key = f"{strategy}_{variant}_vs_{engines[0]}"
+            outs[f"{key}_first_divergence"] = first_divergence(base["tokens"], other["tokens"])
+            outs[f"{key}_decode_logits_rel_l2"] = float((other["decode_logits"] - base["decode_logits"]).norm()
+                                                        / base["decode_logits"].norm())
+    return outs
+
+
+def engine_list(text: str) -> list[str]:
+    """--engines: KV_WRITE+PROJECTION items, each checked, so a typo stops the run before the GPU work."""
+    engines = [item.strip() for item in text.split(",") if item.strip()]
+    for item in engines:
+        kv_write, _, proj = item.partition("+")
+        if kv_write not in KV_WRITES or proj not in PROJECTIONS:
+            raise argparse.ArgumentTypeError(f"{item!r}: want KV_WRITE+PROJECTION, KV_WRITE one of {', '.join(KV_WRITES)}, "
+                                             f"PROJECTION one of {', '.join(PROJECTIONS)}")
+    if not engines or len(set(engines)) != len(engines):
+        raise argparse.ArgumentTypeError(f"{text!r}: give each engine once, at least one")
+    return engines
 
 
 def main() -> None:
@@ -190,8 +230,9 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--iters", type=int, default=5)
-    parser.add_argument("--kv-write", type=lambda text: text.split(","), default=["torch", "triton"],
-                        help="how the layers store their new K/V, comma-separated (attention.KV_WRITES)")
+    parser.add_argument("--engines", type=engine_list, default=engine_list("torch+linear,triton+linear,triton+gemv"),
+                        help="engine variants, comma-separated KV_WRITE+PROJECTION (attention.KV_WRITES, "
+                             "elementwise.PROJECTIONS); the first is the baseline")
     parser.add_argument("--hf-compile", action="store_true", help="also time transformers' default static-cache compile")
     parser.add_argument("--deadline-s", type=float, default=1e9, help="skip stages that would start after this")
     parser.add_argument("--out", type=Path, default=Path("floor.json"))
@@ -199,7 +240,7 @@ def main() -> None:
     started = time.perf_counter()
     device = torch.device("cuda")
     results: dict = {"model": args.model, "backend": args.backend, "input_len": args.input_len, "output_len": args.output_len,
-                     "warmup": args.warmup, "iters": args.iters, "kv_write": args.kv_write,
+                     "warmup": args.warmup, "iters": args.iters, "engines": args.engines,
                      "gpu": torch.cuda.get_device_name(device)}
 
     def save(stage: str, **values) -> None:
@@ -216,12 +257,12 @@ def main() -> None:
     model = random_model(margs, torch.bfloat16, device, seed=0)
     save("projections alone", **projections_alone(model, results["floor_ms"]))
     save("projections per shape", **gemv_per_shape(model))
-    save("kv write alone", **kv_write_alone(margs, args.kv_write, device))
+    save("kv write alone", **kv_write_alone(margs, list(dict.fromkeys(e.split("+")[0] for e in args.engines)), device))
     prompt = make_prompts(1, args.input_len, margs.vocab_size, seed=0)[0]
     ours = attnbench_runs(model, args, prompt, results["floor_ms"], save)
 
     def table() -> None:
-        print_table(results, args.input_len, args.output_len, args.kv_write)
+        print_table(results, args.input_len, args.output_len, args.engines)
     try:
         hf, version = hf_model(model)
     except ImportError as exc:
@@ -229,7 +270,7 @@ def main() -> None:
         return table()
     with torch.inference_mode():
         hf_logits = hf(torch.tensor([prompt], device=device)).logits[0, -1].float()
-    ours_logits = ours[f"unified_{args.kv_write[0]}"]["first_logits"]
+    ours_logits = ours[f"unified_{args.engines[0]}"]["first_logits"]
     save("transformers model", transformers=version, first_step_max_logit_diff=float((hf_logits - ours_logits).abs().max()),
          logit_spread=float(ours_logits.std()))
     for compile in (False, True):
@@ -245,9 +286,9 @@ def main() -> None:
         save(label, **{f"{label}_request_p50_s": m["request_p50_s"], f"{label}_first_call_s": m["first_call_s"],
                        f"{label}_generated": m["generated"],
                        **{f"{label}_speedup_of_attnbench_{w}": m["request_p50_s"] / ours[f"unified_{w}"]["request_p50_s"]
-                          for w in args.kv_write},
+                          for w in args.engines},
                        f"{label}_tokens_vs_attnbench_first_divergence":
-                           first_divergence(ours[f"unified_{args.kv_write[0]}"]["tokens"], m["tokens"])})
+                           first_divergence(ours[f"unified_{args.engines[0]}"]["tokens"], m["tokens"])})
     table()
 
 if __name__ == "__main__":

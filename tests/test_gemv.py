@@ -1,5 +1,6 @@
 """fused_ops.gemv, a decode step's matrix-vector product in one launch without split-K, against a
-float64 product written here. benchmarks/e2e_floor.py times it beside cuBLAS per projection shape.
+float64 product written here, and the model's choice of it (Transformer.use_projection).
+benchmarks/e2e_floor.py times it beside cuBLAS per projection shape and in the step.
 
 Tolerance: float32 accumulation over K terms, then one rounding to the output dtype: an output is
 within one unit in the last place of its dtype of the float64 value, plus K x 2^-24 of the sum of
@@ -12,7 +13,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import rel_l2
+from gpu_e2e import backend_params
 from interpreter import interpreter_tests
+
+from attnbench.e2e.elementwise import PROJECTIONS
+from attnbench.e2e.model import ModelArgs, random_model
+from attnbench.e2e.modes import GraphMode
+from attnbench.e2e.runner import ModelEngines
+from attnbench.errors import UsageError
 
 ULP = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}  # half a unit: round to nearest
 SHAPES = [(1, 37, 300), (3, 129, 1000), (1, 8, 64)]  # rows, outputs N, inputs K
@@ -31,6 +40,17 @@ def check_gemv(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
     assert got.dtype == x.dtype and got.shape == want.shape and not got.isnan().any()
     excess = (got.double() - want).abs() - 2 * ULP[x.dtype] * want.abs() - x.shape[1] * 2.0 ** -24 * magnitude
     assert excess.max().item() <= 0, f"worst excess: {excess.max().item()}"
+
+
+def test_linear_is_the_default_and_gemv_is_refused_off_cuda():
+    model = random_model(ModelArgs.from_name("tiny"), torch.bfloat16, "cpu")
+    assert PROJECTIONS == ("linear", "gemv") and model.projection == "linear"
+    assert model.layers[0].attention.linear is torch.nn.functional.linear
+    with pytest.raises(UsageError, match="projection gemv: a Triton kernel, it needs a CUDA device"):
+        model.use_projection("gemv")
+    with pytest.raises(UsageError, match="projection: unknown 'cublas'; choose from linear, gemv"):
+        model.use_projection("cublas")
+    assert model.projection == "linear"
 
 
 def test_a_shape_mismatch_is_refused_before_any_launch():
@@ -75,3 +95,22 @@ class TestOnCuda:
         graph.replay()
         torch.cuda.synchronize()
         check_gemv(y, x, w)
+
+    @pytest.mark.parametrize("backend", backend_params("vllm-fa2"))
+    @pytest.mark.parametrize("cudagraph", [GraphMode.NONE, GraphMode.DECODE])
+    def test_a_model_on_gemv_computes_what_it_does_on_linear(self, backend, cudagraph):
+        """The 9-token prefill runs F.linear either way, so the first token and the KV cache are
+        the same bits; the first decode step is the gemv's (one token row), and another summation
+        order: its logits within bf16's error of the F.linear model's."""
+        model = random_model(ModelArgs.from_name("tiny"), torch.bfloat16, "cuda")
+        runs = {}
+        try:
+            for kind in PROJECTIONS:
+                engine = ModelEngines(model.use_projection(kind), max_num_seqs=1, max_model_len=32).engine(
+                    backend, "unified", cudagraph)
+                runs[kind] = engine.generate([[3] * 9], 2, record_logits=True)
+        finally:
+            model.use_projection("linear")
+        assert torch.equal(runs["gemv"].logits[0, 0], runs["linear"].logits[0, 0])
+        assert runs["gemv"].tokens[0][0] == runs["linear"].tokens[0][0]
+        assert rel_l2(runs["gemv"].logits[0, 1], runs["linear"].logits[0, 1]) < 1e-2

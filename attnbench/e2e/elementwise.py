@@ -16,6 +16,9 @@ import functools
 import warnings
 
 import torch
+import torch.nn.functional as F
+
+from attnbench.errors import UsageError
 
 
 class fused:
@@ -55,3 +58,28 @@ def triton_ops():
         return None
     fused.status = fused.KERNELS
     return fused_ops
+
+
+PROJECTIONS = ("linear", "gemv")  # F.linear (cuBLAS picks its kernel), or fused_ops.gemv for one-token steps
+
+
+def projection(kind: str, device: torch.device | str):
+    """The model's projection call (x, w, bias=None) for `kind` on `device`: F.linear; or, with
+    "gemv" (CUDA only), fused_ops.gemv's one-pass Triton GEMV where a step has one token row
+    (a batch-1 decode step: there it reads each weight once, with no split-K) and F.linear else."""
+    if kind not in PROJECTIONS:
+        raise UsageError(f"projection: unknown {kind!r}; choose from {', '.join(PROJECTIONS)}")
+    if kind == "linear":
+        return F.linear
+    if torch.device(device).type != "cuda":
+        raise UsageError(f"projection gemv: a Triton kernel, it needs a CUDA device (here: {device})")
+    ops = triton_ops()
+    if ops is None:
+        raise UsageError(f"projection gemv: {fused.status}")
+
+    def gemv_or_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if x.numel() != x.shape[-1]:
+            return F.linear(x, w, bias)
+        y = ops.gemv(x, w)
+        return y if bias is None else y + bias
+    return gemv_or_linear

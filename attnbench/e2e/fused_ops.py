@@ -17,9 +17,10 @@ a token's q and k heads) split theirs.
 
 write_kv stores a layer's new K and V in one launch where attention.write_kv's two index_copy_
 calls take two; the engine runs it when asked (PagedAttention's kv_write), not by default, until
-it has been timed against the two launches on a GPU (benchmarks/e2e_floor.py --kv-write). gemv is
-a decode step's projection in one pass with no split-K; benchmarks/e2e_floor.py times it beside
-cuBLAS per projection shape, and the model keeps F.linear until that says otherwise.
+it has been timed against the two launches on a GPU (benchmarks/e2e_floor.py --engines). gemv is
+a decode step's projection in one pass with no split-K (Transformer.use_projection("gemv"));
+benchmarks/e2e_floor.py times it beside cuBLAS per projection shape and in the step, and the model
+keeps F.linear by default until that says otherwise.
 
 This module imports triton at the top: elementwise.py imports it only on the first CUDA call, so
 the CPU path and CI (no triton) never need it.

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbench.e2e.elementwise import fused
+from attnbench.e2e.elementwise import fused, projection
 from attnbench.e2e.presets import PRESETS
 from attnbench.errors import UsageError
 
@@ -142,11 +142,12 @@ class Attention(nn.Module):
         self.wqkv = _param(qkv, args.dim, dtype=dtype, device=device)
         self.bqkv = _param(qkv, dtype=dtype, device=device) if args.qkv_bias else None
         self.wo = _param(args.dim, args.n_head * args.head_dim, dtype=dtype, device=device)
+        self.linear = F.linear  # Transformer.use_projection sets another
 
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """The attention call's inputs: q and k rotated, [tokens, heads, head_dim] each."""
         q_size, kv_size = self.n_head * self.head_dim, self.n_kv_head * self.head_dim
-        q, k, v = F.linear(x, self.wqkv, self.bqkv).split([q_size, kv_size, kv_size], dim=-1)
+        q, k, v = self.linear(x, self.wqkv, self.bqkv).split([q_size, kv_size, kv_size], dim=-1)
         q, k = rope_qk(q.view(-1, self.n_head, self.head_dim), k.view(-1, self.n_kv_head, self.head_dim), cos, sin)
         return q, k, v.view(-1, self.n_kv_head, self.head_dim)
 
@@ -154,7 +155,7 @@ class Attention(nn.Module):
         """The output projection of the attention call's output. It is this module's forward (and
         qkv a method) so that a forward hook, parallel.py's all-reduce after the row-parallel wo,
         runs in every path: eager, and piecewise graphs, where the call runs between two graphs."""
-        return F.linear(out.view(out.shape[0], -1), self.wo)
+        return self.linear(out.view(out.shape[0], -1), self.wo)
 
 
 class FeedForward(nn.Module):
@@ -164,9 +165,10 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w13 = _param(2 * args.ffn_dim, args.dim, dtype=dtype, device=device)
         self.w2 = _param(args.dim, args.ffn_dim, dtype=dtype, device=device)
+        self.linear = F.linear  # Transformer.use_projection sets another
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(silu_and_mul(F.linear(x, self.w13)), self.w2)
+        return self.linear(silu_and_mul(self.linear(x, self.w13)), self.w2)
 
 
 class Block(nn.Module):
@@ -210,6 +212,15 @@ class Transformer(nn.Module):
         self.output = self.tok_embeddings if args.tie_embeddings else _param(
             args.vocab_size, args.dim, dtype=dtype, device=device)
         self.setup_rope(args.max_positions)
+        self.linear, self.projection = F.linear, "linear"
+
+    def use_projection(self, kind: str) -> Transformer:
+        """Issue every projection (qkv, wo, w13, w2, the LM head) by elementwise.projection(kind)."""
+        call = projection(kind, self.tok_embeddings.device)
+        for module in (self, *(layer.attention for layer in self.layers), *(layer.feed_forward for layer in self.layers)):
+            module.linear = call
+        self.projection = kind
+        return self
 
     def setup_rope(self, max_len: int) -> None:
         """cos/sin tables for positions 0 .. max_len - 1, float32, on the model's device."""
@@ -236,7 +247,7 @@ class Transformer(nn.Module):
         """The logits of the last layer's output x + its stream (rows logits_indices, all when None)."""
         if logits_indices is not None:
             x, residual = x[logits_indices], residual[logits_indices]
-        return F.linear(self.norm(x, residual)[0], self.output)
+        return self.linear(self.norm(x, residual)[0], self.output)
 
 
 def fill_random_(name: str, p: torch.Tensor, gen: torch.Generator) -> None:
