@@ -43,6 +43,7 @@ from attnbench.runs.e2e_files import model_env
 from attnbench.runs.e2e_trace_serves import serve_choices
 from attnbench.runs.resume import sweep_record
 from attnbench.runs.rundir import RunDir
+from attnbench.traces.files import base_suffix
 from attnbench.traces.requests import TimedRequest, read_burstgpt, read_timed
 
 CPU_REQUESTS = 1  # on the CPU: the trace's first request, served 2 times per choice, a pipeline demo under a minute
@@ -72,7 +73,7 @@ def read_trace(path: Path, max_requests: int | None, time_unit: str = "s") -> Re
     """A request trace, by its suffix: `.csv` a BurstGPT CSV, anything else vLLM's timed trace JSON
     Lines (timestamps in `time_unit`); every refusal is the reader's one line naming the file, line and field."""
     path = Path(path)
-    if path.suffix.lower() == ".csv":
+    if base_suffix(path) == ".csv":
         if time_unit != "s":
             raise UsageError(f"--time-unit {time_unit}: {path} is read as a BurstGPT CSV, whose timestamps are seconds")
         requests, skipped, kind = *read_burstgpt(path), "BurstGPT CSV"

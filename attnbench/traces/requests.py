@@ -21,7 +21,7 @@ from pathlib import Path
 
 from attnbench.errors import UsageError
 from attnbench.kernels.workload import MAX_CONTEXT
-from attnbench.traces.files import checked_size, json_line, numbered_lines, where
+from attnbench.traces.files import json_line, numbered_lines, read_text, where
 from attnbench.traces.steps import FieldError, count
 
 MAX_REQUESTS = 1_000_000  # requests of one trace: each one is simulated step by step
@@ -111,8 +111,7 @@ def _burst_row(row: dict) -> TimedRequest | None:
 def read_burstgpt(path: Path) -> tuple[list[TimedRequest], int]:
     """A BurstGPT-style CSV -> (requests in arrival order from 0, rows skipped for no response)."""
     path = Path(path)
-    checked_size(path, "request trace")
-    text = path.read_bytes().decode("utf-8", errors="replace")
+    text = read_text(path, "request trace")
     if "\x00" in text:
         raise UsageError(f"{path}: a NUL byte (is this a CSV file?)")
     reader = csv.DictReader(io.StringIO(text, newline=""))

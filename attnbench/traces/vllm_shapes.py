@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 from attnbench.errors import UsageError
-from attnbench.traces.files import checked_size
+from attnbench.traces.files import base_suffix, read_text
 from attnbench.traces.steps import MAX_REQUESTS, FieldError, Request, TraceStep, check_rows, count
 
 # at most 9 digits a number: int() of a longer one is past every bound anyway (and of thousands, slow)
@@ -85,9 +85,8 @@ def parse_batch_spec(text: str) -> TraceStep:
 
 def load_document(path: Path) -> object:
     """A shapes file as Python data: YAML for .yaml/.yml (needs pyyaml), JSON otherwise."""
-    checked_size(path, "shapes file")
-    text = path.read_bytes().decode("utf-8", errors="replace")
-    if path.suffix.lower() in (".yaml", ".yml"):
+    text = read_text(path, "shapes file")
+    if base_suffix(path) in (".yaml", ".yml"):
         try:
             import yaml
         except ImportError:
