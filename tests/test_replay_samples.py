@@ -12,14 +12,20 @@ from pathlib import Path
 import pytest
 from bad_input_cli import invoke
 
-TRACES = sorted((Path(__file__).resolve().parent.parent / "scenarios" / "traces").glob("*[!s].jsonl"))
+SAMPLES = Path(__file__).resolve().parent.parent / "scenarios" / "traces"
+TRACES = sorted([*SAMPLES.glob("*[!s].jsonl"), *SAMPLES.glob("*[!s].jsonl.gz")])  # step traces, not *.requests.jsonl
+
+
+def name(trace: Path) -> str:
+    return trace.name.split(".")[0]
 
 
 def test_the_sample_traces_are_found():
-    assert [t.stem for t in TRACES] == ["chat-high", "chat-low", "chat-mid", "decode-heavy", "prefix-heavy"]
+    assert [name(t) for t in TRACES] == ["chat-high", "chat-low", "chat-mid", "decode-heavy", "long-context",
+                                         "prefix-heavy"]
 
 
-@pytest.mark.parametrize("trace", TRACES, ids=lambda t: t.stem)
+@pytest.mark.parametrize("trace", TRACES, ids=name)
 def test_a_sample_trace_replays_on_the_cpu(trace, tmp_path):
     out = tmp_path / "run"
     result = invoke("replay", trace, "--device", "cpu", "--steps", "6", "--budget-ms", "1", "--exact-sample", "2",

@@ -10,6 +10,7 @@ is refused even with --force.
 
 from __future__ import annotations
 
+import gzip
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +55,11 @@ def claim_output(path: Path, force: bool, inputs: list[Path], reader: Callable[[
 
 
 def write_output(path: Path, text: str, flag: str = "--out") -> Path:
+    """The text at path, gzip-compressed when the name ends in .gz (no name or time in the gzip
+    header, so the same text makes the same file)."""
     try:
+        if path.name.lower().endswith(".gz"):
+            return replace_atomic(path, lambda tmp: tmp.write_bytes(gzip.compress(text.encode("utf-8"), mtime=0)))
         return write_text_atomic(path, text)
     except OSError as exc:
         raise UsageError(f"{flag}: cannot write {path}: {exc.strerror or exc}") from None
