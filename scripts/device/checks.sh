@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The project's GPU checks, one section each, several run on a lent GPU machine in one call (the
+# device tool gives a call 10 minutes and a session 30, and a fresh machine costs 2 minutes to start):
+#   bash scripts/device/checks.sh SECTION [SECTION ...]
+# Each section is one attnbench command or benchmark of benchmarks/README.md, with the flags its
+# measurements-page entry was made with; with no section this text is printed.
+# from the project's root, with $OUT set (the device tool sets it) and the packs carried:
+# .device (FA2/FA3, ../shared/device/prepare.sh), .device-fi (FlashInfer) and .device-triton
+# (scripts/device/prepare_triton.sh) where a section's backends need them; a pack not carried is
+# skipped, and the backends it holds then report themselves unavailable in the rows.
+#
+# Every section runs under its own time limit (a hung step cannot eat the call), writes its run
+# directories under $OUT/SECTION/ and its console to $OUT/SECTION.log, and adds one line to
+# $OUT/checks.md: the section, its exit status, its seconds and the command. The run directories
+# go back as one $OUT/runs.tgz (the device tool returns files, not trees); the table is printed last.
+# A call has 600 s: pick sections whose limits add up to less, with room for the bootstraps.
+#
+# Sections (limit in seconds; what it settles):
+#   doctor        300  `attnbench doctor`: every backend x strategy x mode against the reference, safe replays
+#   gpu-tests     420  `pytest -m gpu` on $GPU_TESTS (default: the files of the kernels and paths not yet run
+#                      on an H200; a file missing from this checkout is left out)
+#   floor         450  benchmarks/e2e_floor.py: llama-7b's graph decode step against the weight-read
+#                      floor and transformers, each --engines variant, GEMV ways per shape (issue 24)
+#   readme        300  the README's main command twice, timed, and `attnbench compare` of the pair
+#                      (issue 23: <= 60 s with replicates that stop, A/A clean at its threshold)
+#   ab            560  benchmarks/ab_check.py: A/A and planted 3 % / 10 % under `attnbench ab` (issue 23)
+#   replay-scale  545  benchmarks/replay_scale.py on a 10,000-step trace (issue 21); SIGINT at the limit,
+#                      so what was measured is written; finish with `attnbench replay ... --resume`
+#   e2e-trace     300  `attnbench e2e --trace` on llama-3-8b, vllm-fa3 and FlashInfer (issue 21)
+#   triton-e2e    300  vllm-triton against vllm-fa3 in e2e on llama-3-8b, full and piecewise graphs (issue 24)
+#   atlas         450  the 560-cell atlas of the measurements page, with the rule's new columns (issue 22)
+#   replays       510  chat-high, decode-heavy, prefix-heavy replayed for the rule's held-out check (issue 22);
+#                      then on the CPU: benchmarks/rule_loto.py ATLAS DECODE_HEAVY PREFIX_HEAVY CHAT_HIGH LONG --depth 6
+#   replay-long   240  the long-context sample trace (1,843 steps) replayed the same way (issue 22)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+: "${OUT:?set OUT to the folder whose files come back}"
+[ $# -gt 0 ] || { sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 2; }
+
+for pack in .device/bootstrap.sh .device-fi/bootstrap_fi.sh .device-triton/bootstrap.sh; do
+  # shellcheck disable=SC1090
+  if [ -f "$pack" ]; then source "$pack"; else echo "checks: $pack not carried: its backends are unavailable"; fi
+done
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+AB="python3 -m attnbench"
+GPU_TESTS="${GPU_TESTS:-tests/test_kv_write.py tests/test_gemv.py tests/test_fused_ops.py tests/test_replicates.py tests/test_e2e_trace.py tests/test_gpu_decisions.py}"
+TABLE="$OUT/checks.md"
+[ -f "$TABLE" ] || printf '| section | exit | seconds | command |\n|---|---:|---:|---|\n' > "$TABLE"
+
+run() {  # run SECTION LIMIT_S COMMAND...: the command under the limit, console to $OUT/SECTION.log
+  local section="$1" limit="$2"; shift 2
+  local started=$SECONDS rc
+  echo "== $section (limit ${limit} s): $*" | tee -a "$OUT/$section.log"
+  timeout -k 10 "$limit" "$@" >> "$OUT/$section.log" 2>&1
+  rc=$?
+  tail -n 40 "$OUT/$section.log"
+  printf '| %s | %s | %s | `%s` |\n' "$section" "$rc" "$((SECONDS - started))" "$*" >> "$TABLE"
+}
+
+readme() {  # the main command twice (A, B), each timed, then their comparison
+  local dir="$OUT/readme"
+  for side in a b; do
+    run readme-$side 140 $AB kernel --heads 32 --dim 128 --out "$dir/$side"
+  done
+  run readme-compare 60 $AB compare "$dir/a" "$dir/b"
+}
+
+for section in "$@"; do
+  mkdir -p "$OUT/$section"
+  case "$section" in
+    doctor) run doctor 300 $AB doctor --json "$OUT/doctor/doctor.json" ;;
+    gpu-tests) tests=""; for t in $GPU_TESTS; do [ -f "$t" ] && tests="$tests $t"; done  # decide's file only on its branch
+               run gpu-tests 420 python3 -m pytest -q -m gpu -p no:cacheprovider -rs $tests ;;
+    floor) run floor 450 python3 benchmarks/e2e_floor.py --backend vllm-fa3 --hf-compile \
+             --deadline-s 430 --out "$OUT/floor/floor.json" ;;
+    readme) readme ;;
+    ab) run ab 560 python3 benchmarks/ab_check.py --out "$OUT/ab/ab-check" ;;
+    replay-scale) run replay-scale 545 timeout -s INT 535 python3 benchmarks/replay_scale.py --out "$OUT/replay-scale/scale" \
+                    --steps 10000 --exact-sample 500 ;;
+    e2e-trace) run e2e-trace 300 $AB e2e --model llama-3-8b --trace scenarios/traces/chat-high.requests.jsonl \
+                 --max-requests 24 --chunk-size 2048 --backend vllm-fa3,flashinfer --out "$OUT/e2e-trace/run" ;;
+    triton-e2e)
+      for mode in full piecewise; do
+        run triton-e2e-$mode 150 $AB e2e --model llama-3-8b --backend vllm-triton,vllm-fa3 --cudagraph $mode \
+          --input-len 512 --output-len 32 --batch-size 8 --chunk-size 2048 --out "$OUT/triton-e2e/$mode"
+      done ;;
+    atlas) run atlas 450 timeout -s INT -k 80 440 $AB atlas --heads 32 --gqa-group 4 --head-dim 128 --chunk 512 \
+             --decode-share 0:1:5 --decode-context 512:16384:4 --tokens 1:1024:5 --prefill-context 0:8192:3 \
+             --backend vllm-fa2,vllm-fa3,flashinfer,flashinfer-ba --strategy unified,split --mode graph --budget-ms 20 \
+             --replicates 1 --max-cells 560 --out "$OUT/atlas/run" ;;
+    replays)  # the three sample traces as in the measurements page (d4770dd), for the rule's held-out check
+      for t in chat-high:2 decode-heavy:3 prefix-heavy:3; do
+        run replay-${t%%:*} 170 $AB replay scenarios/traces/${t%%:*}.jsonl --mode graph --budget-ms 5 --replicates 1 \
+          --exact-sample 20 --bucket-ratio ${t##*:} --out "$OUT/replays/${t%%:*}"
+      done ;;
+    replay-long) run replay-long-context 240 $AB replay scenarios/traces/long-context.jsonl.gz --mode graph --budget-ms 5 \
+                   --replicates 1 --exact-sample 20 --bucket-ratio 3 --out "$OUT/replay-long/long-context" ;;
+    *) echo "checks: unknown section $section" | tee -a "$OUT/checks.log"; printf '| %s | unknown | 0 | |\n' "$section" >> "$TABLE" ;;
+  esac
+done
+
+# the run directories as one file; logs, JSON and the table stay as they are
+find "$OUT" -mindepth 1 -maxdepth 1 -type d -printf '%f\n' | tar -C "$OUT" -czf "$OUT/runs.tgz" -T - \
+  && find "$OUT" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
+echo; cat "$TABLE"
