@@ -24,8 +24,13 @@ START = dt.datetime(2026, 10, 1, tzinfo=dt.timezone.utc)
 DRAW_ALL = """async () => {  // charts are drawn as they come near the viewport: bring each there
     for (const d of document.querySelectorAll('.chart')) {
         if (d.hidden) continue;
-        d.scrollIntoView();
-        for (let i = 0; i < 200 && d.dataset.stale !== '0'; i++) await new Promise(r => setTimeout(r, 25));
+        // up to three times 5 s, scrolled away in between: a loaded machine may be slow to report
+        // the intersection, and a chart still blank after that is one the test should see as such
+        for (let attempt = 0; attempt < 3 && d.dataset.stale !== '0'; attempt++) {
+            if (attempt) { window.scrollTo(0, attempt % 2 ? document.body.scrollHeight : 0); await new Promise(r => setTimeout(r, 100)); }
+            d.scrollIntoView();
+            for (let i = 0; i < 200 && d.dataset.stale !== '0'; i++) await new Promise(r => setTimeout(r, 25));
+        }
     }
     window.scrollTo(0, 0);
 }"""

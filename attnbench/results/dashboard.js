@@ -38,7 +38,14 @@ function ready(drawing) {
 
 const OBSERVER = new IntersectionObserver((seen) => {
   const drawing = [];
-  for (const entry of seen) if (entry.isIntersecting && entry.target.dataset.stale === "1") drawing.push(draw(entry.target));
+  for (const entry of seen) {
+    if (!entry.isIntersecting || entry.target.dataset.stale !== "1") continue;
+    try {
+      drawing.push(draw(entry.target));
+    } catch (error) {  // said on the console; the other charts of this batch still draw
+      console.error("chart " + entry.target.dataset.title + ": " + error);
+    }
+  }
   ready(drawing);
 });
 
