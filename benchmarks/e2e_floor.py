@@ -45,6 +45,7 @@ from attnbench.e2e.checkpoint import hf_state_dict
 from attnbench.e2e.elementwise import PROJECTIONS
 from attnbench.e2e.model import ModelArgs, fused, random_model
 from attnbench.e2e.modes import GraphMode
+from attnbench.kernels.check import check_output
 from e2e_floor_parts import WAYS, copy_bandwidth_gbs, gemv_per_shape, kv_write_alone, projections_alone, replay_ms
 
 WAY_NAMES = [name for name, _, _ in WAYS]
@@ -132,7 +133,7 @@ def goal(value: float, bound: float, at_most: bool = True) -> str:
 
 def print_table(r: dict, input_len: int, output_len: int, engines: list[str]) -> None:
     runs = [f"{s}_{w}" for w in engines for s in ("unified", "split")]
-    kv_writes = list(dict.fromkeys(engine.split("+")[0] for engine in engines))
+    kv_writes = kv_writes_of(engines)
     rows = [("copy bandwidth (GB/s, read+write)", f"{r['copy_gbs']:.0f}", ""),
             ("weight-read floor (ms)", f"{r['floor_ms']:.3f}", f"{r['weight_gb']:.2f} GB bf16 weights"),
             *[(f"projections alone, {k} (ms)", f"{r[f'gemv_{k}_ms']:.3f}", f"{r[f'gemv_{k}_floor_ratio']:.2f}x floor")
@@ -204,9 +205,14 @@ def engines_agree(ours: dict, engines: list[str]) -> dict:
             other = ours[f"{strategy}_{variant}"]
             key = f"{strategy}_{variant}_vs_{engines[0]}"
             outs[f"{key}_first_divergence"] = first_divergence(base["tokens"], other["tokens"])
-            outs[f"{key}_decode_logits_rel_l2"] = float((other["decode_logits"] - base["decode_logits"]).norm()
-                                                        / base["decode_logits"].norm())
+            outs[f"{key}_decode_logits_rel_l2"] = check_output(other["decode_logits"], base["decode_logits"],
+                                                               "bfloat16")["rel_l2_error"]
     return outs
+
+
+def kv_writes_of(engines: list[str]) -> list[str]:
+    """The K/V writes of KV_WRITE+PROJECTION engines, each once, in order."""
+    return list(dict.fromkeys(engine.split("+")[0] for engine in engines))
 
 
 def engine_list(text: str) -> list[str]:
@@ -257,7 +263,7 @@ def main() -> None:
     model = random_model(margs, torch.bfloat16, device, seed=0)
     save("projections alone", **projections_alone(model, results["floor_ms"]))
     save("projections per shape", **gemv_per_shape(model))
-    save("kv write alone", **kv_write_alone(margs, list(dict.fromkeys(e.split("+")[0] for e in args.engines)), device))
+    save("kv write alone", **kv_write_alone(margs, kv_writes_of(args.engines), device))
     prompt = make_prompts(1, args.input_len, margs.vocab_size, seed=0)[0]
     ours = attnbench_runs(model, args, prompt, results["floor_ms"], save)
 

@@ -60,13 +60,7 @@ def copy_bandwidth_gbs(device: torch.device, gib: float = 2.0, reps: int = 20) -
     dst = torch.empty_like(src)
     for _ in range(3):
         dst.copy_(src)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        dst.copy_(src)
-    end.record()
-    torch.cuda.synchronize(device)
-    return 2 * src.numel() * reps / (start.elapsed_time(end) / 1e3) / 1e9
+    return 2 * src.numel() / (replay_ms(lambda: dst.copy_(src), reps) / 1e3) / 1e9
 
 
 def graph_ms(calls, reps: int = 20) -> float:

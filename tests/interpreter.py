@@ -3,8 +3,8 @@
 Why a child: TRITON_INTERPRET is read when `import triton` decorates triton's own library functions
 (tl.sum's combine), so the interpreted tests need a process started with it. A test file names its
 interpreted tests with "interpreted", has them take the `interpreted` fixture, and gets both the
-fixture and the parent test that runs them from one line:
-`test_under_triton_s_interpreter, interpreted = interpreter_tests(__file__)`.
+fixture, the parent test that runs them and the GPU tests' `ops` fixture from one line:
+`test_under_triton_s_interpreter, interpreted, ops = interpreter_tests(__file__)`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ def interpreted_ops():
 
 def interpreter_tests(test_file: str):
     """(the parent test, run where TRITON_INTERPRET is not set; the `interpreted` fixture: fused_ops in
-    the interpreter's process, a skip elsewhere) for the test module at test_file."""
+    the interpreter's process, a skip elsewhere; the `ops` fixture of the GPU tests: fused_ops, or a
+    skip where triton does not import) for the test module at test_file."""
     @pytest.mark.skipif(INTERPRETING, reason="this is the interpreter's process already")
     def parent():
         run_interpreted(test_file)
@@ -43,4 +44,8 @@ def interpreter_tests(test_file: str):
     @pytest.fixture(scope="module")
     def interpreted():
         return interpreted_ops()
-    return parent, interpreted
+
+    @pytest.fixture(scope="module")
+    def ops():
+        return pytest.importorskip("attnbench.e2e.fused_ops", reason="triton does not import")
+    return parent, interpreted, ops

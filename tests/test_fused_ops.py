@@ -143,7 +143,7 @@ def test_a_failing_kernel_falls_back_for_that_op_and_the_status_says_which(fresh
 
 # the kernels under Triton's interpreter, on CPU tensors
 
-test_the_kernels_under_triton_s_interpreter_match_float64, interpreted = interpreter_tests(__file__)
+test_the_kernels_under_triton_s_interpreter_match_float64, interpreted, ops = interpreter_tests(__file__)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -170,10 +170,6 @@ def test_interpreted_silu_and_mul_matches_float64(interpreted, tokens, ffn, dtyp
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 class TestOnCuda:
-    @pytest.fixture(scope="class")
-    def ops(self):
-        return pytest.importorskip("attnbench.e2e.fused_ops", reason="triton does not import")
-
     @pytest.mark.parametrize("dtype", DTYPES)
     @pytest.mark.parametrize("tokens, dim", [(1, 4096), (17, 5120), (16385, 8192)])
     def test_norms(self, ops, tokens, dim, dtype):

@@ -61,7 +61,7 @@ def test_a_shape_mismatch_is_refused_before_any_launch():
     assert ops.gemv_config(8, 64) == "not tuned"
 
 
-test_the_kernel_under_triton_s_interpreter_matches_float64, interpreted = interpreter_tests(__file__)
+test_the_kernel_under_triton_s_interpreter_matches_float64, interpreted, ops = interpreter_tests(__file__)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -75,10 +75,6 @@ def test_interpreted_gemv_matches_float64_in_every_configuration(interpreted, ro
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 class TestOnCuda:
-    @pytest.fixture(scope="class")
-    def ops(self):
-        return pytest.importorskip("attnbench.e2e.fused_ops", reason="triton does not import")
-
     @pytest.mark.parametrize("rows, n_out, k_in", SHAPES + [(1, 12288, 4096), (1, 4096, 11008), (2, 32000, 4096)])
     def test_autotuned(self, ops, rows, n_out, k_in):
         x, w = gemv_case(rows, n_out, k_in, torch.bfloat16, "cuda")

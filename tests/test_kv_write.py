@@ -89,7 +89,7 @@ def test_torch_is_the_default_and_triton_is_refused_off_cuda():
 
 # the kernel under Triton's interpreter, on CPU tensors
 
-test_the_kernel_under_triton_s_interpreter_matches_the_per_slot_copy, interpreted = interpreter_tests(__file__)
+test_the_kernel_under_triton_s_interpreter_matches_the_per_slot_copy, interpreted, ops = interpreter_tests(__file__)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -112,10 +112,6 @@ def test_interpreted_write_refuses_caches_of_other_strides_or_dtypes(interpreted
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 class TestOnCuda:
-    @pytest.fixture(scope="class")
-    def ops(self):
-        return pytest.importorskip("attnbench.e2e.fused_ops", reason="triton does not import")
-
     @pytest.mark.parametrize("tokens, kv_heads, head_dim", CASES + [(8192, 8, 128)])
     def test_write(self, ops, tokens, kv_heads, head_dim):
         check_write(ops.write_kv, tokens, kv_heads, head_dim, torch.bfloat16, "cuda")

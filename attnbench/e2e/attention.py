@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from attnbench.e2e.elementwise import fused, triton_ops
+from attnbench.e2e.elementwise import triton_kernels
 from attnbench.errors import UsageError
 from attnbench.kernels.backends.base import Backend, Plan
 from attnbench.kernels.metadata import SplitMetadata, VarlenMetadata
@@ -34,12 +34,7 @@ def kv_writer(kv_write: str, device: torch.device | str):
         raise UsageError(f"kv_write: unknown {kv_write!r}; choose from {', '.join(KV_WRITES)}")
     if kv_write == "torch":
         return write_kv
-    if torch.device(device).type != "cuda":
-        raise UsageError(f"kv_write triton: a Triton kernel, it needs a CUDA device (here: {device})")
-    ops = triton_ops()
-    if ops is None:
-        raise UsageError(f"kv_write triton: {fused.status}")
-    return ops.write_kv
+    return triton_kernels("kv_write triton", device).write_kv
 
 
 class PagedAttention:

@@ -60,6 +60,17 @@ def triton_ops():
     return fused_ops
 
 
+def triton_kernels(choice: str, device: torch.device | str):
+    """fused_ops, for a choice that names one of its kernels (its flag and value, for the message):
+    on CUDA only, and only where triton imports."""
+    if torch.device(device).type != "cuda":
+        raise UsageError(f"{choice}: a Triton kernel, it needs a CUDA device (here: {device})")
+    ops = triton_ops()
+    if ops is None:
+        raise UsageError(f"{choice}: {fused.status}")
+    return ops
+
+
 PROJECTIONS = ("linear", "gemv")  # F.linear (cuBLAS picks its kernel), or fused_ops.gemv for one-token steps
 
 
@@ -71,11 +82,7 @@ def projection(kind: str, device: torch.device | str):
         raise UsageError(f"projection: unknown {kind!r}; choose from {', '.join(PROJECTIONS)}")
     if kind == "linear":
         return F.linear
-    if torch.device(device).type != "cuda":
-        raise UsageError(f"projection gemv: a Triton kernel, it needs a CUDA device (here: {device})")
-    ops = triton_ops()
-    if ops is None:
-        raise UsageError(f"projection gemv: {fused.status}")
+    ops = triton_kernels("projection gemv", device)
 
     def gemv_or_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if x.numel() != x.shape[-1]:

@@ -44,9 +44,8 @@ FEATURES = {
     "gqa_group": "query heads per KV head",
     "head_dim": "head dim",
 }
-# the features read off the columns that tell a batch's two halves apart; rows written before those
-# columns existed lack them, and a fit over such rows goes without these features, and says so
-CONTEXT_FEATURES = ("decode_kv_tokens", "mean_decode_kv_len", "prefill_kv_tokens", "max_prefill_query_len")
+# the columns that tell a batch's two halves apart, four of FEATURES read off them; rows written before
+# they existed lack them, and a fit over such rows goes without those features, and says so
 CONTEXT_COLUMNS = ["decode_kv_tokens", "max_prefill_query_len"]
 ABOUT = ("device", "gpu", "backend", "library", "library_version", "mode", "dtype")
 POINT_COLUMNS = [name for name in SweepPoint.__dataclass_fields__]
@@ -58,7 +57,7 @@ def feature_values(decode_rows: int, query_tokens: int, num_seqs: int, total_kv:
                    num_heads: int, num_kv_heads: int, head_dim: int, decode_kv: int | None = None,
                    max_prefill_query: int | None = None) -> dict[str, float]:
     """FEATURES of one batch from its sizes (rule.py computes the same from the step's lengths);
-    without decode_kv and max_prefill_query (older rows), CONTEXT_FEATURES are NaN."""
+    without decode_kv and max_prefill_query (older rows), the four read off them are NaN."""
     nan = float("nan")
     return {"decode_rows": decode_rows, "prefill_tokens": query_tokens - decode_rows,
             "decode_share": decode_rows / query_tokens if query_tokens else 0.0, "num_seqs": num_seqs,

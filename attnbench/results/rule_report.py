@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from attnbench.results.figures import CPU_MARK, is_cpu
-from attnbench.results.rule_cells import FEATURES, Cells
+from attnbench.results.rule_cells import CONTEXT_COLUMNS, FEATURES, Cells
 from attnbench.results.rule_fit import WEIGHTINGS, regret, static_choices, tree_words, vllm_default
 
 FLASHINFER_DEFAULT = "flashinfer split"
@@ -142,7 +142,7 @@ def summary_md(tree: dict, cells: Cells, fit: dict, tables: dict[str, list[Line]
 
 def lacking_note(lacking: list[str]) -> str:
     return (f"Fitted without {', '.join(lacking)}: some rows predate the columns they are read from "
-            "(decode_kv_tokens, max_prefill_query_len), so the rule cannot tell the decode rows' context from "
+            f"({', '.join(CONTEXT_COLUMNS)}), so the rule cannot tell the decode rows' context from "
             "the prefill chunks'. Measure again with this attnbench to give it them.")
 
 

@@ -50,7 +50,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 def base_suffix(path: Path) -> str:
     """The suffix that says a file's format, lower-cased, a trailing .gz left out: `.csv` for x.csv.gz."""
-    return Path(Path(path).name.removesuffix(".gz").removesuffix(".GZ")).suffix.lower()
+    return Path(Path(path).name.lower().removesuffix(".gz")).suffix
 
 
 @contextmanager
