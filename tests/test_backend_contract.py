@@ -154,6 +154,7 @@ def fake_fa3_fwd(stream: Stream) -> FakeOp:
     def fwd(kw):
         assert set(kw) == {name for name, _ in FA3_SCHEMA}, "every argument is passed"
         q, seqused_k = kw["q"], kw["seqused_k"]
+        assert kw["scheduler_metadata"] is not None, "planned ahead, as vLLM does"
         if q.dim() == 4:  # the batched (kvcache) form
             assert kw["cu_seqlens_q"] is None and q.shape[1] == kw["max_seqlen_q"]
             b, s, h, d = q.shape
@@ -170,9 +171,22 @@ def fake_fa3_fwd(stream: Stream) -> FakeOp:
     return FakeOp(stream, [Arg(name, optional) for name, optional in FA3_SCHEMA], fwd)
 
 
+def fake_fa3_scheduler(*, batch_size, max_seqlen_q, headdim, cache_seqlens, causal, num_splits, **_) -> torch.Tensor:
+    """get_scheduler_metadata's tensor in flash_api.cpp's layout (vectors of round_up(b, 4) ints:
+    prepare_seqlen_q, num_splits_dynamic when the cap is over one, num_nheads_in_l2 when FA3 runs it
+    causal; then a semaphore), each sequence split once per 8 keys up to the cap."""
+    rounded = -(-batch_size // 4) * 4
+    swizzle = causal and not (max_seqlen_q == 1 and (headdim <= 64 or headdim > 128))
+    dynamic = num_splits > 1
+    metadata = torch.zeros(rounded * (1 + dynamic + swizzle) + 1, dtype=torch.int32)
+    if dynamic:
+        metadata[rounded:rounded + batch_size] = ((cache_seqlens.cpu() + 7) // 8).clamp(1, num_splits)
+    return metadata.to(cache_seqlens.device)
+
+
 def backends(stream: Stream) -> dict[str, Backend]:
     return {"vllm-fa2": VllmFA2Backend(raw_ops_library(fake_fa2_ops(stream), "fake", "0")),
-            "vllm-fa3": VllmFA3Backend(fake_fa3_fwd(stream)),
+            "vllm-fa3": VllmFA3Backend(fake_fa3_fwd(stream), fake_fa3_scheduler),
             "reference": ReferenceBackend()}
 
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 from conftest import rel_l2
 from fake_flashinfer import FakeFlashInfer
-from test_backend_contract import Stream, expected, fake_fa2_ops, fake_fa3_fwd, no_host_reads
+from test_backend_contract import Stream, expected, fake_fa2_ops, fake_fa3_fwd, fake_fa3_scheduler, no_host_reads
 
 from attnbench.kernels.backends.base import Backend
 from attnbench.kernels.backends.flashinfer import FlashInferBackend
@@ -37,7 +37,7 @@ NAMES = ["reference", "flex", "vllm-fa2", "vllm-fa3", "flashinfer", "flashinfer-
 def make_backend(name: str, stream: Stream) -> Backend:
     """The registry's shared instance where the backend runs here as it is; else one on a fake library."""
     makers = {"vllm-fa2": lambda: VllmFA2Backend(raw_ops_library(fake_fa2_ops(stream), "fake", "0")),
-              "vllm-fa3": lambda: VllmFA3Backend(fake_fa3_fwd(stream)),
+              "vllm-fa3": lambda: VllmFA3Backend(fake_fa3_fwd(stream), fake_fa3_scheduler),
               "flashinfer": lambda: FlashInferBackend(FakeFlashInfer(), workspace_bytes=1024),
               "flashinfer-ba": lambda: FlashInferBABackend(FakeFlashInfer(), workspace_bytes=1024)}
     return makers[name]() if name in makers else REGISTRY[name]

@@ -37,7 +37,7 @@ def names(*parts) -> list[str]:
 def test_the_columns_are_the_fields_in_order():
     assert files.SWEEP_POINT_COLUMNS == names(SweepPoint) == list(SweepPoint("decode", 8, 4, 64).key())
     assert files.COLUMNS == names(SweepPoint, rows.BatchColumns, rows.RunColumns, rows.Measurement, rows.Clocks,
-                                  rows.RawCells)
+                                  rows.Decisions, rows.RawCells)
     assert files.KEY_COLUMNS == [*names(SweepPoint), "backend", "strategy", "mode", "l2"]
     assert set(files.ADDED_KEYS) <= set(files.SWEEP_POINT_COLUMNS) and set(files.PART_COLUMNS) <= set(files.COLUMNS)
     assert set(read.KERNEL.key_numbers) == set(names(SweepPoint)) - {"kind", "dtype", "causal", "context"}

@@ -2,7 +2,8 @@
 
 A row is a point (`workload.SweepPoint`), the batch drawn for it (`BatchColumns`), what ran it
 (`RunColumns`), what was measured (`Measurement`), the GPU's clocks while it was timed (`Clocks`,
-filled by the run's telemetry) and the long text cells kept last (`RawCells`). results/files.py
+filled by the run's telemetry), what the library decided (`Decisions`) and the long text cells
+kept last (`RawCells`). results/files.py
 lists the CSV's columns from these fields, in this order, so a column is added in one place; the
 fields' metadata (workload.py: KEY, LABEL) marks the run columns that identify a row and labels.
 
@@ -111,6 +112,20 @@ class Clocks(Sparse):
 
 
 @dataclass(frozen=True)
+class Decisions(Sparse):
+    """What the library decided for the row's plan (Plan.decisions; backends/decisions.py DECISIONS
+    says what each means): one text value, or `role=value` pairs where a plan's launches differ."""
+
+    decision_num_splits: str | None = None
+    decision_pack_gqa: str | None = None
+    decision_max_splits: str | None = None
+    decision_fi_backend: str | None = None
+    decision_tensor_cores: str | None = None
+    decision_split_kv: str | None = None
+    decision_ctas: str | None = None
+
+
+@dataclass(frozen=True)
 class RawCells(Sparse):
     """Long text cells, last: what the library chose (`key=value` pairs) and every sample."""
 
@@ -118,7 +133,7 @@ class RawCells(Sparse):
     samples_ms: str | None = None
 
 
-ROW_PARTS = (SweepPoint, BatchColumns, RunColumns, Measurement, Clocks, RawCells)
+ROW_PARTS = (SweepPoint, BatchColumns, RunColumns, Measurement, Clocks, Decisions, RawCells)
 
 
 def names(*parts: type) -> list[str]:

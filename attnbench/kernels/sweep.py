@@ -195,6 +195,7 @@ class PointRunner:
         parts = {name: (lambda part=part: part.run(q, k_cache, v_cache, out))
                  for name, part in split_parts(plan, metadata).items()}
         est_ms = estimate_call_ms(fn, self.device)  # the first call (maybe a JIT compile) is never timed
+        row.update(plan.decisions())  # read back now, before any capture or timed call
         return Prepared(fn, out, est_ms, row, parts)
 
     def _measure_mode(self, backend: Backend, mode: str, prepared: dict[str, Prepared], reference,

@@ -13,6 +13,7 @@ import pandas as pd
 
 from attnbench.kernels.atlas_axes import AXES, NAMES, TOLERANCE
 from attnbench.results.figures import CPU_MARK, where_it_ran
+from attnbench.results.notes import decision_counts
 from attnbench.results.tables import md_lines
 
 MAX_LINES = 60  # crossovers listed in summary.md; crossovers.csv holds them all
@@ -80,6 +81,7 @@ def summary_text(cells: pd.DataFrame, crossovers: pd.DataFrame, ranges: list, ro
     out += axes_section(ranges)
     if not cpu:
         out += winners_section(cells) + crossovers_section(crossovers, ranges)
+    out += decision_counts(rows)
     out += ["The cells (every choice's median ms, whether it passed, the winner, margin, interval and tie) are in "
             "cells.csv; each crossover's coordinates in crossovers.csv.", ""]
     return "\n".join(out)

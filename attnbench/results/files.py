@@ -94,7 +94,7 @@ def cell(value):
 
 # text columns pandas must not guess a type for: an all-blank column is not a float, "1 2" is not a
 # number, and a library version "2.10" is not the number 2.1
-TEXT_COLUMNS = {f.name: str for part in (rows.RunColumns, rows.Measurement, rows.Clocks, rows.RawCells)
+TEXT_COLUMNS = {f.name: str for part in (rows.RunColumns, rows.Measurement, rows.Clocks, rows.Decisions, rows.RawCells)
                 for f in fields(part) if f.type == "str | None"}
 
 

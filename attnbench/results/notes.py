@@ -16,6 +16,7 @@ import pandas as pd
 
 from attnbench.results.fusion import fusion_lines
 from attnbench.results.replicates import CONFIDENCE, MIN_REPLICATES, mean_interval, parse_times, spread
+from attnbench.results.tables import md_lines
 
 TIMED = ("pass", "fail")
 POINT = ["kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim", "context", "prefix_ratio"]
@@ -118,7 +119,7 @@ def summary_notes(df: pd.DataFrame) -> list[str]:
                   f"{r.backend} | "
                   f"{r.mode} | {r.ratio} | {r.median:.3f} | {r.low:.3f}-{r.high:.3f} |"
                   for r in table.itertuples(index=False)]
-    lines += fusion_lines(df)
+    lines += fusion_lines(df) + decision_lines(df)
     return [*lines, ""] if lines else []
 
 
@@ -128,3 +129,35 @@ def _median(values: list[float]) -> float:
 
 def _pct(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value:.1%}"
+
+
+def decision_lines(df: pd.DataFrame) -> list[str]:
+    """What each library decided (the decision_* columns), once per point, backend and strategy
+    (a plan's decisions do not depend on the mode); nothing when no backend of the run decides."""
+    columns = [c for c in df.columns if c.startswith("decision_") and df[c].notna().any()]
+    if not columns:
+        return []
+    keys = ["kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim", "backend", "strategy"]
+    decided = df[df[columns].notna().any(axis=1)][keys + columns].drop_duplicates(keys)
+    cells = decided.astype(object).where(decided.notna(), "")
+    return ["", "## What each library decided (decision_* columns, docs/guides/kernel.md)\n",
+            *md_lines(["kind", "tokens", "heads", "kv heads", "dim", "backend", "strategy", *columns],
+                      cells.itertuples(index=False)), ""]
+
+
+def decision_counts(df: pd.DataFrame) -> list[str]:
+    """summary.md lines for runs of many points (replay, atlas): per backend and strategy, each
+    decision's values with how many rows had each; nothing when no backend of the run decides."""
+    columns = [c for c in df.columns if c.startswith("decision_") and df[c].notna().any()]
+    lines = []
+    for (backend, strategy), rows in (df.groupby(["backend", "strategy"], sort=True) if columns else ()):
+        said = []
+        for column in columns:
+            counts = rows[column].dropna().value_counts()
+            if not counts.empty:
+                said.append(column.removeprefix("decision_") + " " + ", ".join(f"{v} ({n})" for v, n in counts.items()))
+        if said:
+            lines.append(f"- {backend} {strategy}: " + "; ".join(said))
+    return ["## What each library decided (values, with their rows; the decision_* columns)", "", *lines, ""] \
+        if lines else []
+

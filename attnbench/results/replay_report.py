@@ -12,6 +12,7 @@ import math
 import pandas as pd
 
 from attnbench.results.figures import CPU_MARK, is_cpu, where_it_ran
+from attnbench.results.notes import decision_counts
 from attnbench.results.replay import GOAL_PCT, modes_of, oracle, replicate_ranges, sample_errors, totals, wins
 from attnbench.results.tables import md_lines
 
@@ -102,6 +103,7 @@ def summary_text(rows: pd.DataFrame, steps: pd.DataFrame, trace: dict) -> str:
     for mode in modes_of(rows):
         out += [f"## {mode}", "", *totals_section(rows, steps, mode), *oracle_section(rows, steps, mode, cpu),
                 *wins_section(rows, steps, mode, trace["ratio"]), *sample_section(rows, steps, mode)]
+    out += decision_counts(rows)
     failed = rows[~rows["verdict"].isin(["pass"])]
     if not failed.empty:
         counts = failed["verdict"].value_counts()

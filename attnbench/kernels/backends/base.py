@@ -20,9 +20,10 @@ supplies its primitives, `plan_varlen` and `plan_kvcache` (and `plan_fused` when
 or a `Part`: the launch plus what the plan needs of it beside running it (the library's choices
 for the row, an in-place re-plan for Plan.refresh, work done once on unchanging caches for
 Plan.static_kv, and what to give back when the plan is collected, such as a pooled wrapper).
-Hooks then shape the plan from its parts: `plan_details` (default: the parts' details merged) and
-`plan_refresh` (default: none). Everything a plan holds lives in the Plan and its parts, never
-on the backend instance, which the registry shares between every plan of the process.
+Hooks then shape the plan from its parts: `plan_details` (default: the parts' details merged),
+`plan_refresh` (default: none) and `plan_decisions` (default: the parts' `decide` merged).
+Everything a plan holds lives in the Plan and its parts, never on the backend instance, which the
+registry shares between every plan of the process.
 
 What a backend can do is declared, not probed: `strategies`, `graph_safe` (its plans may be
 captured in a CUDA graph), `graph_replay` (which other batches such a graph may be replayed on)
@@ -56,6 +57,8 @@ from typing import Any, Callable, ClassVar
 import torch
 
 from attnbench.errors import AttnbenchError
+from attnbench.kernels.backends.decisions import columns as decision_columns
+from attnbench.kernels.backends.decisions import merged as merged_decisions
 from attnbench.kernels.backends.launch import (Launch, Part, as_batched, as_part, on_tokens, release_when_collected,
                                                static_kv_of)
 from attnbench.kernels.inputs import cache_elements
@@ -83,6 +86,13 @@ class Plan:
     # the plan may do once, now, work its launches would repeat on them, and says so in details
     # (FlashInfer's POD gathers its prefill's pages). None: its launches have nothing to move out.
     static_kv: Callable[[torch.Tensor, torch.Tensor], None] | None = None
+    # What the library decided (decisions.DECISIONS), read when a row is written, never inside a capture
+    # or a timed region: it may read device memory (FA3's scheduler metadata). From plan_decisions.
+    decide: Callable[[], dict[str, str]] = dict
+
+    def decisions(self) -> dict[str, str]:
+        """The row's decision_* columns: {decision_<key>: value}, empty for a backend that decides nothing."""
+        return decision_columns(self.decide())
 
     def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
             out: torch.Tensor) -> torch.Tensor:
@@ -198,7 +208,7 @@ class Backend(ABC):
         parts = self.plan_parts(ctx)
         details = self.plan_details(ctx, parts)
         plan = Plan(self.name, strategy, tuple(part.launch for part in parts.values()), details,
-                    self.plan_refresh(ctx, parts), static_kv_of(parts, details))
+                    self.plan_refresh(ctx, parts), static_kv_of(parts, details), self.plan_decisions(ctx, parts))
         release_when_collected(plan, parts)
         return plan
 
@@ -229,6 +239,14 @@ class Backend(ABC):
         for part in parts.values():
             details.update(part.details)
         return details
+
+    def plan_decisions(self, ctx: PlanContext, parts: dict[str, Part]) -> Callable[[], dict[str, str]]:
+        """Plan.decide: by default each part's `decide` merged (decisions.merged); empty where no part
+        decides (the reference, flex)."""
+        deciders = {role: part.decide for role, part in parts.items() if part.decide is not None}
+        if not deciders:
+            return dict
+        return lambda: merged_decisions({role: decide() for role, decide in deciders.items()})
 
     def plan_refresh(self, ctx: PlanContext, parts: dict[str, Part]) -> Callable | None:
         """Plan.refresh for this plan; None by default (the kernels read the metadata tensors)."""

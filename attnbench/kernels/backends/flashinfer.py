@@ -62,6 +62,7 @@ from attnbench.kernels.backends.flashinfer_common import (
     plan_choice,
     plan_info_details,
     refresher,
+    wrapper_decisions,
 )
 from attnbench.kernels.backends.flashinfer_bugs import BUGS
 from attnbench.kernels.backends.flashinfer_pod import fused_refusal, pod_parts
@@ -207,7 +208,8 @@ class FlashInferBackend(LibraryBackend):
 
         details = {"fi_graph_mode": graph, "fi_prefill_backend": str(plan_choice(wrapper, "_backend")),
                    **plan_info_details(wrapper, "prefill")}
-        return Part(launch, details, replan=(lambda md: plan(wrapper, md)) if graph else None, release=release)
+        return Part(launch, details, replan=(lambda md: plan(wrapper, md)) if graph else None, release=release,
+                    decide=wrapper_decisions(wrapper))
 
     def decode_part(self, point: SweepPoint, md: KVCacheMetadata, graph: bool) -> Part:
         """BatchDecodeWithPagedKVCacheWrapper over md's sequences; q/out are [seqs, 1, heads, dim].
@@ -244,5 +246,7 @@ class FlashInferBackend(LibraryBackend):
 
         details = {"fi_graph_mode": graph, "fi_decode_wrapper": "BatchDecode",
                    "fi_decode_tensor_cores": DECODE_TENSOR_CORES, **plan_info_details(wrapper, "decode")}
-        return Part(launch, details, replan=(lambda md: plan(wrapper, md)) if graph else None, release=release)
+        return Part(launch, details, replan=(lambda md: plan(wrapper, md)) if graph else None, release=release,
+                    decide=wrapper_decisions(wrapper, tensor_cores=getattr(wrapper, "use_tensor_cores",
+                                                                           DECODE_TENSOR_CORES)))
 

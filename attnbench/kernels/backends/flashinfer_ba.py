@@ -83,4 +83,5 @@ class FlashInferBABackend(FlashInferBackend):
 
         info = plan_info(wrapper) or []  # HolisticPlanInfo starts with num_blks_x, num_blks_y (scheduler.cuh)
         details = {"fi_ba_ctas": info[0] * info[1]} if len(info) >= 2 else {}
-        return Part(launch, details, replan=lambda md: plan(wrapper, md), release=release)
+        decided = {"ctas": details.get("fi_ba_ctas")}
+        return Part(launch, details, replan=lambda md: plan(wrapper, md), release=release, decide=lambda: decided)

@@ -204,6 +204,17 @@ def plan_info_details(wrapper: Any, part: str) -> dict:
     return {}
 
 
+def wrapper_decisions(wrapper: Any, **more: object) -> Callable[[], dict]:
+    """Part.decide of a planned wrapper (decisions.py): the kernel family backend="auto" resolved to
+    (`_backend`; unknown: left out) and whether its plan splits the KV (plan_info), read now, at plan
+    time, plus `more`."""
+    family = plan_choice(wrapper, "_backend")
+    split = [v for k, v in plan_info_details(wrapper, "plan").items() if k.endswith("split_kv")]
+    chosen = {"fi_backend": None if family is UNKNOWN else str(family), "split_kv": split[0] if split else None,
+              **more}
+    return lambda: chosen
+
+
 def refresher(backend: str, strategy: str, parts: dict[str, Part]) -> Callable:
     """Plan.refresh: each part ("unified", or split's "decode" / "prefill") re-planned for its share
     of new metadata, or a refusal. A share the plan has no part for must be empty (a bucket's part

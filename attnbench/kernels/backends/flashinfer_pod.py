@@ -50,7 +50,7 @@ from typing import Any
 
 import torch
 
-from attnbench.kernels.backends.flashinfer_common import paged_kv_arrays, plan_info_details
+from attnbench.kernels.backends.flashinfer_common import paged_kv_arrays, plan_info_details, wrapper_decisions
 from attnbench.kernels.backends.launch import Part, on_tokens
 from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.metadata import KVCacheMetadata, SplitMetadata, VarlenMetadata
@@ -201,4 +201,4 @@ def pod_part(fi: Any, point: SweepPoint, dec: KVCacheMetadata, block_row: torch.
                "fi_fused": f"POD: 1 prefill request ({q_len} tokens, {kv_len} keys) + {num_decode} decodes",
                "fi_pod_kv_gather": "in-launch", "fi_pod_extra_kernels": IN_LAUNCH_KERNELS,
                **plan_info_details(wrapper, "decode")}
-    return Part(launch, details, static_kv=static_kv, release=release)
+    return Part(launch, details, static_kv=static_kv, release=release, decide=wrapper_decisions(wrapper))

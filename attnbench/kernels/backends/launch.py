@@ -18,6 +18,8 @@ Launch = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None
 Replan = Callable[[VarlenMetadata | KVCacheMetadata], None]
 # work done once on caches every later launch reads unchanged (Plan.static_kv); returns details to record
 StaticKV = Callable[[torch.Tensor, torch.Tensor], dict]
+# what the library decided for a part, keys of decisions.DECISIONS (Backend.plan_decisions says when it runs)
+Decide = Callable[[], dict]
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class Part:
     replan: Replan | None = None  # in place, for Plan.refresh (a backend's plan_refresh uses it)
     static_kv: StaticKV | None = None  # its share of Plan.static_kv
     release: Callable[[], None] | None = None  # called once the plan is collected (a pooled wrapper goes back)
+    decide: Decide | None = None  # its decisions (decision_* columns); None: it decides nothing
 
 
 def as_part(planned: Launch | Part) -> Part:

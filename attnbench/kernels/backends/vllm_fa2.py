@@ -7,7 +7,9 @@ removed), the standalone `vllm_flash_attn` package, then Dao-AILab `flash_attn` 
 `flash_attn` is imported before `vllm.vllm_flash_attn`, which can install a virtual `flash_attn`.
 
 Planning binds every argument but q, the caches and out: for the raw ops a keyword dict filtered
-by the op's schema (num_splits came and went between builds), read once per plan.
+by the op's schema (num_splits came and went between builds), read once per plan. num_splits=0
+lets FA2 choose its KV splits; with vLLM's build on a GPU the row records the number it chooses,
+derived from its heuristic (decisions.fa2_num_splits: decision_num_splits).
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from typing import Any, Callable
 import torch
 
 from attnbench.kernels.backends.base import LibraryBackend, PlanContext, dist_version
-from attnbench.kernels.backends.launch import Launch
+from attnbench.kernels.backends.decisions import fa2_num_splits
+from attnbench.kernels.backends.launch import Launch, Part
 from attnbench.kernels.metadata import KVCacheMetadata, VarlenMetadata
 
 HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
+VLLM_PACKAGE = "vllm.vllm_flash_attn"  # the build whose split heuristic decisions.fa2_num_splits follows
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,7 @@ def _vllm_bundled() -> FA2Library:
     except Exception:  # only imported first so vLLM's virtual module cannot shadow it
         pass
     importlib.import_module("vllm.vllm_flash_attn._vllm_fa2_C")
-    return raw_ops_library(torch.ops._vllm_fa2_C, "vllm.vllm_flash_attn", dist_version("vllm"))
+    return raw_ops_library(torch.ops._vllm_fa2_C, VLLM_PACKAGE, dist_version("vllm"))
 
 
 def _python_api(module_name: str, dist: str) -> FA2Library:
@@ -130,8 +134,22 @@ class VllmFA2Backend(LibraryBackend):
     def describe(self, library: FA2Library) -> tuple[str, str]:
         return library.package, library.version
 
-    def plan_varlen(self, ctx: PlanContext, md: VarlenMetadata) -> Launch:
-        return self.lib().plan_varlen(md, ctx.point.causal, ctx.point.softmax_scale)
+    def plan_varlen(self, ctx: PlanContext, md: VarlenMetadata) -> Part:
+        launch = self.lib().plan_varlen(md, ctx.point.causal, ctx.point.softmax_scale)
+        return Part(launch, decide=self.splits(ctx, md.num_seqs, md.max_seqlen_q, md.max_seqlen_k, md.seqused_k,
+                                               kvcache=False))
 
-    def plan_kvcache(self, ctx: PlanContext, md: KVCacheMetadata) -> Launch:
-        return self.lib().plan_kvcache(md, ctx.point.causal, ctx.point.softmax_scale)
+    def plan_kvcache(self, ctx: PlanContext, md: KVCacheMetadata) -> Part:
+        launch = self.lib().plan_kvcache(md, ctx.point.causal, ctx.point.softmax_scale)
+        width = md.block_table.shape[1] * ctx.point.block_size  # fwd_kvcache's seqlen_k with a paged cache
+        return Part(launch, decide=self.splits(ctx, md.num_seqs, md.query_len, width, md.cache_seqlens, kvcache=True))
+
+    def splits(self, ctx: PlanContext, batch_size: int, seqlen_q: int, seqlen_k: int, lengths: torch.Tensor,
+               kvcache: bool):
+        """Part.decide: FA2's derived splits, for vLLM's build on a CUDA device (the SM count), else None."""
+        if self.lib().package != VLLM_PACKAGE or lengths.device.type != "cuda":
+            return None
+        sms = torch.cuda.get_device_properties(lengths.device).multi_processor_count
+        p = ctx.point
+        splits = fa2_num_splits(batch_size, p.num_heads, p.num_kv_heads, seqlen_q, seqlen_k, p.head_dim, sms, kvcache)
+        return lambda: {"num_splits": splits}
