@@ -16,7 +16,12 @@ and choice the total, the oracle's saving and the bucketing error against the sa
 standard error (goal: within 2 %), as one table, also written to OUT/report.md. Interrupted
 (SIGINT: Ctrl-C, `timeout -s INT`), it passes the signal on to the replay once, which stops after
 its point and writes its outputs, and still prints and writes the table of what was measured.
-Not a test: a benchmark that prints numbers. The replay's directory holds everything else.
+With --resume (the same --out and flags) it goes on where an interrupted run stopped: the same
+trace, `attnbench replay --resume`, and a report over both parts (the wall times of the parts are
+kept in OUT/timing.json, so the buckets' time is the first part's and the whole command's the sum).
+A device call of 10 minutes holds the buckets and about 300 sampled steps; a second call on the
+same machine finishes them. Not a test: a benchmark that prints numbers. The replay's directory
+holds everything else.
 """
 
 from __future__ import annotations
@@ -60,11 +65,12 @@ def sampled_rows(results: Path, since: float) -> bool:
         return False
 
 
-def replay(*args: str, results: Path) -> tuple[float, float | None, bool]:
+def replay(*args: str, results: Path, resumed: bool) -> tuple[float, float | None, bool]:
     """Run `attnbench replay` in a process group of its own: (wall s, s until the first sampled
-    step's rows appeared, whether it was interrupted). A SIGINT here (`timeout -s INT`, Ctrl-C) is
-    passed on to it once, so it stops after its point and writes its outputs, which are reported."""
-    start, since = time.perf_counter(), time.time()
+    step's rows appeared, or None if not seen or `resumed` (the buckets were the earlier part's),
+    whether it was interrupted). A SIGINT here (`timeout -s INT`, Ctrl-C) is passed on to it once,
+    so it stops after its point and writes its outputs, which are reported."""
+    start, since = time.perf_counter(), (float("inf") if resumed else time.time())
     process = subprocess.Popen([sys.executable, "-m", "attnbench", "replay", *args], start_new_session=True)
     buckets_s, stopped = None, False
     while process.poll() is None:
@@ -127,16 +133,33 @@ def main() -> None:
     parser.add_argument("--bucket-split", type=int, default=DEFAULT_SPLIT, help="replay's --bucket-split")
     parser.add_argument("--flags", default="--mode graph --budget-ms 5 --replicates 1 --bucket-ratio 3",
                         help="more replay flags, as one string")
+    parser.add_argument("--resume", action="store_true",
+                        help="go on with the interrupted replay in --out (the same flags), and report both parts")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a plain `timeout` too: passed on, reported
-    args.out.mkdir(parents=True, exist_ok=True)
-    trace = args.out / "trace.jsonl"
-    made_s = attnbench("trace", "synth", *SYNTH, "--max-steps", str(args.steps), "--out", str(trace), "--force")
-    print(f"trace made in {made_s:.1f} s: {trace}")
-    run = args.out / "replay"
+    trace, run, timing_file = args.out / "trace.jsonl", args.out / "replay", args.out / "timing.json"
+    if args.resume:
+        try:
+            parts = json.loads(timing_file.read_text())["parts"]
+        except (OSError, ValueError, KeyError) as exc:
+            sys.exit(f"--resume: {timing_file} unreadable ({exc}): resume a run this benchmark started")
+        if not (run / "env.json").is_file():
+            sys.exit(f"--resume: {run} holds no replay to go on with")
+    else:
+        args.out.mkdir(parents=True, exist_ok=True)
+        parts = []
+        made_s = attnbench("trace", "synth", *SYNTH, "--max-steps", str(args.steps), "--out", str(trace), "--force")
+        print(f"trace made in {made_s:.1f} s: {trace}")
+    where = ["--resume", str(run)] if args.resume else ["--out", str(run), "--force"]
     wall_s, buckets_s, stopped = replay(str(trace), "--exact-sample", str(args.exact_sample), "--bucket-split",
-                                        str(args.bucket_split), *shlex.split(args.flags), "--out", str(run),
-                                        "--force", results=run / "results.csv")
+                                        str(args.bucket_split), *shlex.split(args.flags), *where,
+                                        results=run / "results.csv", resumed=args.resume)
+    parts.append({"wall_s": wall_s, "buckets_s": buckets_s, "interrupted": stopped})
+    timing_file.write_text(json.dumps({"parts": parts}, indent=2) + "\n")
+    wall_s = sum(part["wall_s"] for part in parts)
+    buckets_s = parts[0]["buckets_s"]
+    if len(parts) > 1:
+        print(f"{len(parts)} parts: " + ", ".join(f"{part['wall_s']:.1f} s" for part in parts))
     try:
         env = json.loads((run / "env.json").read_text())
     except (OSError, ValueError) as exc:

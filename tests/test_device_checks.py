@@ -41,3 +41,14 @@ def test_an_unknown_section_is_a_row_and_the_table_comes_last(tmp_path):
     table = (tmp_path / "checks.md").read_text()
     assert "| bogus | unknown |" in table and result.stdout.rstrip().endswith(table.rstrip())
     assert (tmp_path / "runs.tgz").is_file() and not [p for p in tmp_path.iterdir() if p.is_dir()]
+
+
+def test_a_section_the_call_s_budget_cannot_hold_is_skipped_and_recorded(tmp_path):
+    env_budget = {"CALL_BUDGET_S": "20"}  # less than a section's 30 s floor: nothing runs
+    env = {k: v for k, v in os.environ.items() if k != "OUT"} | {"OUT": str(tmp_path)} | env_budget
+    result = subprocess.run(["bash", str(SCRIPT), "doctor", "floor"], capture_output=True, text=True, env=env,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    table = (tmp_path / "checks.md").read_text()
+    assert "| doctor | skipped | 0 |" in table and "| floor | skipped | 0 |" in table
+    assert "skipped: 10 s left of CALL_BUDGET_S=20" in result.stdout

@@ -114,6 +114,29 @@ def test_replay_scale_closes_with_points_times_and_the_goal_per_choice():
     assert "| b split | incomplete | not measured |" in text
 
 
+def test_replay_scale_resumed_reports_both_parts(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "scale"
+    (out / "replay").mkdir(parents=True)
+    env = {"replay": {"steps": 10, "kinds": {"decode": 10}, "buckets": 3, "bucket_ratio": 3.0, "bucket_split": 12,
+                      "exact_sample": 4, "results": {}}}
+    (out / "replay" / "env.json").write_text(json.dumps(env))
+    calls = []
+    monkeypatch.setattr(replay_scale, "replay", lambda *args, **kw: calls.append((args, kw)) or (50.0, None, False))
+    monkeypatch.setattr(replay_scale, "points_of", lambda results: {"bucket": 7, "sample": 4})
+    monkeypatch.setattr(sys, "argv", ["replay_scale.py", "--out", str(out), "--resume"])
+    with pytest.raises(SystemExit, match="timing.json unreadable"):  # no first part to go on with
+        replay_scale.main()
+    (out / "timing.json").write_text(json.dumps({"parts": [{"wall_s": 100.0, "buckets_s": 60.0, "interrupted": True}]}))
+    replay_scale.main()
+    args, kw = calls[-1]
+    assert args[-2:] == ("--resume", str(out / "replay")) and "--force" not in args and kw["resumed"]
+    report = (out / "report.md").read_text()
+    assert "| buckets (goal: <= 300 s for 4 backends x 2 strategies) | 7 | 60.0 |" in report  # the first part's
+    assert "| sampled steps | 4 | 90.0 |" in report and "| the whole replay command | 11 | 150.0 |" in report
+    assert "INTERRUPTED" not in report  # the last part finished
+    assert [p["wall_s"] for p in json.loads((out / "timing.json").read_text())["parts"]] == [100.0, 50.0]
+
+
 def test_a_cpu_replay_times_each_piece_and_records_the_split(tmp_path):
     trace = tmp_path / "t.jsonl"
     trace.write_text(trace_text(one_bin_trace(130)))

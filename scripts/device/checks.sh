@@ -13,7 +13,11 @@
 # directories under $OUT/SECTION/ and its console to $OUT/SECTION.log, and adds one line to
 # $OUT/checks.md: the section, its exit status, its seconds and the command. The run directories
 # go back as one $OUT/runs.tgz (the device tool returns files, not trees); the table is printed last.
-# A call has 600 s: pick sections whose limits add up to less, with room for the bootstraps.
+# A call has 600 s. CALL_BUDGET_S (default 570) is this script's share of it: each section's limit
+# shrinks to what is left of that budget (less 10 s for the table and the tar), and a section with
+# under 30 s left is recorded as skipped, so the sections after a slow one cannot push the call
+# past its end and lose the files. Sections that stop themselves (floor's --deadline-s, the
+# SIGINT of replay-scale and atlas) are told the shrunk limit.
 #
 # Sections (limit in seconds; what it settles):
 #   doctor        300  `attnbench doctor`: every backend x strategy x mode against the reference, safe replays
@@ -25,7 +29,10 @@
 #                      (issue 23: <= 60 s with replicates that stop, A/A clean at its threshold)
 #   ab            560  benchmarks/ab_check.py: A/A and planted 3 % / 10 % under `attnbench ab` (issue 23)
 #   replay-scale  545  benchmarks/replay_scale.py on a 10,000-step trace (issue 21); SIGINT at the limit,
-#                      so what was measured is written; finish with `attnbench replay ... --resume`
+#                      so what was measured is written. Its run lives in $SCALE_DIR (default
+#                      /tmp/attnbench-replay-scale, kept on a warm machine between calls) and is copied
+#                      under $OUT; the next call's section resumes it:
+#   replay-scale-resume 545  the same benchmark with --resume: the rest of the sample, a report over both parts
 #   e2e-trace     300  `attnbench e2e --trace` on llama-3-8b, vllm-fa3 and FlashInfer (issue 21)
 #   triton-e2e    300  vllm-triton against vllm-fa3 in e2e on llama-3-8b, full and piecewise graphs (issue 24)
 #   atlas         450  the 560-cell atlas of the measurements page, with the rule's new columns (issue 22)
@@ -45,11 +52,22 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 AB="python3 -m attnbench"
 GPU_TESTS="${GPU_TESTS:-tests/test_kv_write.py tests/test_gemv.py tests/test_fused_ops.py tests/test_replicates.py tests/test_e2e_trace.py tests/test_gpu_decisions.py}"
 TABLE="$OUT/checks.md"
+CALL_BUDGET_S="${CALL_BUDGET_S:-570}"
 [ -f "$TABLE" ] || printf '| section | exit | seconds | command |\n|---|---:|---:|---|\n' > "$TABLE"
 
+left() {  # left LIMIT_S: the limit, or what the call's budget has left for a section if that is less
+  local rest=$((CALL_BUDGET_S - SECONDS - 10))
+  echo $(( $1 < rest ? $1 : rest ))
+}
+
 run() {  # run SECTION LIMIT_S COMMAND...: the command under the limit, console to $OUT/SECTION.log
-  local section="$1" limit="$2"; shift 2
+  local section="$1" limit; limit=$(left "$2"); shift 2
   local started=$SECONDS rc
+  if [ "$limit" -lt 30 ]; then
+    echo "== $section skipped: ${limit} s left of CALL_BUDGET_S=$CALL_BUDGET_S" | tee -a "$OUT/$section.log"
+    printf '| %s | skipped | 0 | `%s` |\n' "$section" "$*" >> "$TABLE"
+    return
+  fi
   echo "== $section (limit ${limit} s): $*" | tee -a "$OUT/$section.log"
   timeout -k 10 "$limit" "$@" >> "$OUT/$section.log" 2>&1
   rc=$?
@@ -72,11 +90,16 @@ for section in "$@"; do
     gpu-tests) tests=""; for t in $GPU_TESTS; do [ -f "$t" ] && tests="$tests $t"; done  # decide's file only on its branch
                run gpu-tests 420 python3 -m pytest -q -m gpu -p no:cacheprovider -rs $tests ;;
     floor) run floor 450 python3 benchmarks/e2e_floor.py --backend vllm-fa3 --hf-compile \
-             --deadline-s 430 --out "$OUT/floor/floor.json" ;;
+             --deadline-s $(( $(left 450) - 20 )) --out "$OUT/floor/floor.json" ;;
     readme) readme ;;
     ab) run ab 560 python3 benchmarks/ab_check.py --out "$OUT/ab/ab-check" ;;
-    replay-scale) run replay-scale 545 timeout -s INT 535 python3 benchmarks/replay_scale.py --out "$OUT/replay-scale/scale" \
-                    --steps 10000 --exact-sample 500 ;;
+    replay-scale|replay-scale-resume)
+      scale="${SCALE_DIR:-/tmp/attnbench-replay-scale}"; resume=""
+      if [ "$section" = replay-scale ]; then rm -rf "$scale"; else resume="--resume"; fi
+      run "$section" 545 timeout -s INT $(( $(left 545) - 10 )) python3 benchmarks/replay_scale.py --out "$scale" \
+        --steps 10000 --exact-sample 500 $resume
+      # all but the trace (tens of MB; `attnbench trace synth` with the benchmark's flags remakes it)
+      mkdir -p "$OUT/$section/scale" && tar -C "$scale" --exclude=./trace.jsonl -cf - . | tar -C "$OUT/$section/scale" -xf - ;;
     e2e-trace) run e2e-trace 300 $AB e2e --model llama-3-8b --trace scenarios/traces/chat-high.requests.jsonl \
                  --max-requests 24 --chunk-size 2048 --backend vllm-fa3,flashinfer --out "$OUT/e2e-trace/run" ;;
     triton-e2e)
@@ -84,7 +107,7 @@ for section in "$@"; do
         run triton-e2e-$mode 150 $AB e2e --model llama-3-8b --backend vllm-triton,vllm-fa3 --cudagraph $mode \
           --input-len 512 --output-len 32 --batch-size 8 --chunk-size 2048 --out "$OUT/triton-e2e/$mode"
       done ;;
-    atlas) run atlas 450 timeout -s INT -k 80 440 $AB atlas --heads 32 --gqa-group 4 --head-dim 128 --chunk 512 \
+    atlas) run atlas 450 timeout -s INT -k 80 $(( $(left 450) - 90 )) $AB atlas --heads 32 --gqa-group 4 --head-dim 128 --chunk 512 \
              --decode-share 0:1:5 --decode-context 512:16384:4 --tokens 1:1024:5 --prefill-context 0:8192:3 \
              --backend vllm-fa2,vllm-fa3,flashinfer,flashinfer-ba --strategy unified,split --mode graph --budget-ms 20 \
              --replicates 1 --max-cells 560 --out "$OUT/atlas/run" ;;
