@@ -1,8 +1,9 @@
-"""A 10,000-step trace replayed on every backend x strategy: how long it takes, and how far its buckets are
+"""A 10,000-step trace replayed on the goal's four backends x both strategies: how long it takes, and how far its buckets are
 from timing every step.
 
     python3 benchmarks/replay_scale.py --out results/replay-scale [--steps 10000] [--exact-sample 500]
-        [--bucket-split N] [--flags "--mode graph --budget-ms 5 --replicates 1 --bucket-ratio 3"]
+        [--bucket-split N] [--flags "--backend vllm-fa2,vllm-fa3,flashinfer,flashinfer-ba --mode graph
+        --budget-ms 5 --replicates 1 --bucket-ratio 3"]
 
 Makes the trace with attnbench's own generator and scheduler (`attnbench trace synth`: long
 prompts chunked at 512 tokens, up to 128 running, a 2048-token budget, llama-3-8b's 32/8x128 shape,
@@ -39,6 +40,9 @@ from pathlib import Path
 from attnbench.results.replay import GOAL_PCT
 from attnbench.traces.buckets import DEFAULT_SPLIT
 
+# the goal's four backends, named so that another pack carried beside them (vllm-triton's, say) does
+# not join the replay and change what the buckets' time measures
+GOAL_BACKENDS = "vllm-fa2,vllm-fa3,flashinfer,flashinfer-ba"
 SYNTH = ["--num-requests", "6000", "--rate", "25", "--input-len", "lognormal:1500:0.6", "--output-len",
          "lognormal:200:0.5", "--max-num-seqs", "128", "--chunk-size", "512", "--max-num-batched-tokens", "2048",
          "--heads", "32", "--kv-heads", "8", "--dim", "128", "--dtype", "bf16", "--block-size", "16", "--seed", "0"]
@@ -131,8 +135,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10_000, help="steps of the trace (the scheduler stops there)")
     parser.add_argument("--exact-sample", type=int, default=500, help="steps also timed one by one")
     parser.add_argument("--bucket-split", type=int, default=DEFAULT_SPLIT, help="replay's --bucket-split")
-    parser.add_argument("--flags", default="--mode graph --budget-ms 5 --replicates 1 --bucket-ratio 3",
-                        help="more replay flags, as one string")
+    parser.add_argument("--flags", default=f"--backend {GOAL_BACKENDS} --mode graph --budget-ms 5 --replicates 1 "
+                                           "--bucket-ratio 3", help="more replay flags, as one string")
     parser.add_argument("--resume", action="store_true",
                         help="go on with the interrupted replay in --out (the same flags), and report both parts")
     args = parser.parse_args()

@@ -77,10 +77,13 @@ def test_each_strategy_hands_the_kernel_its_slice_and_matches_the_oracle(strateg
     if strategy == "unified":
         assert [c["cu_seqlens_q"] for c in calls] == [[0, 1, 2, 7]]
         assert plan.details == {"triton_unified_path": "2d", "triton_unified_segments": 1}
+        assert plan.decisions() == {"decision_triton_path": "2d", "decision_segments": "1"}
     else:
         assert [c["cu_seqlens_q"] for c in calls] == [[0, 1, 2], [0, 5]]
         assert plan.details == {"triton_decode_path": "3d", "triton_decode_segments": 16,
                                 "triton_prefill_path": "2d", "triton_prefill_segments": 1}
+        assert plan.decisions() == {"decision_triton_path": "decode=3d prefill=2d",
+                                    "decision_segments": "decode=16 prefill=1"}
 
 
 def test_registered_and_refused_with_reasons_where_it_cannot_run():

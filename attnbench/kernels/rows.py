@@ -123,6 +123,8 @@ class Decisions(Sparse):
     decision_tensor_cores: str | None = None
     decision_split_kv: str | None = None
     decision_ctas: str | None = None
+    decision_triton_path: str | None = None
+    decision_segments: str | None = None
 
 
 @dataclass(frozen=True)

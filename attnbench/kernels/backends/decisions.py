@@ -1,7 +1,7 @@
 """What a library decided for a plan, as a few named values: the `decision_*` columns of a row.
 
-Why: FA3's number of KV splits and packed GQA, FlashInfer's kernel family and tensor-core decode
-move where unified and split cross over, and a row that does not say them cannot be explained.
+Why: FA3's number of KV splits and packed GQA, FlashInfer's kernel family and tensor-core decode,
+the Triton kernel's 2-D or 3-D grid move where unified and split cross over, and a row that does not say them cannot be explained.
 A backend's parts return these through `Part.decide` (base.py says when it is called); this module
 names the decisions (DECISIONS: key -> what it means), merges a plan's parts into one value per
 key, and derives FA3's from what its scheduler metadata holds (hopper/flash_api.cpp of
@@ -22,6 +22,8 @@ DECISIONS = {
     "tensor_cores": "FlashInfer's BatchDecode runs its tensor-core (prefill) kernel",
     "split_kv": "FlashInfer's plan splits the KV of long requests across CTAs",
     "ctas": "CTAs FlashInfer's BatchAttention plan launches (num_blks_x * num_blks_y)",
+    "triton_path": "the grid vLLM's unified Triton kernel takes: 2d, or 3d (each sequence's keys cut into segments)",
+    "segments": "segments per sequence of the Triton kernel's 3-D form (1 in the 2-D form)",
 }
 
 

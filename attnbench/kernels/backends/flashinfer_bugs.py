@@ -8,8 +8,9 @@ Each is written up as an upstream report (docs/kernels/flashinfer-bug-*.md):
   (include/flashinfer/attention/persistent.cuh, prefetch_offest), so a paged cache past 2^32 K
   elements is read at wrapped offsets.
 
-How each version is known: 0.6.6 by measurement on the H200; 0.7.2.post1 and 0.7.4 by reading their
-sources (the same lines; releases between 0.6.6 and 0.7.4 are assumed to share them); a newer release
+How each version is known: by measurement on the H200 (both bugs on 0.6.6; ba-int32 also on
+0.7.2.post1, with benchmarks/repro_fi_ba_int32.py), else by reading the sources of 0.7.2.post1 and
+0.7.4 (the same lines; releases between 0.6.6 and 0.7.4 are assumed to share them); a newer release
 is assumed to carry a bug until a release is known to fix it. When one does, set the bug's
 `fixed_in`: that release and later ones run.
 """
@@ -20,7 +21,7 @@ import dataclasses
 
 from packaging.version import InvalidVersion, Version
 
-MEASURED = Version("0.6.6")  # the release the bugs were measured on (docs/measurements/h200.md)
+MEASURED = Version("0.6.6")  # the release both bugs were first measured on (docs/measurements/h200.md)
 READ = (Version("0.7.2"), Version("0.7.4"))  # releases whose sources were read: the same lines
 
 
@@ -31,6 +32,7 @@ class Bug:
     what: str
     report: str
     fixed_in: str | None = None  # the first release whose source fixes it; None: none known
+    measured_on: tuple[str, ...] = (str(MEASURED),)  # releases (base versions) it was measured on
 
     def refusal(self, version: str) -> str | None:
         """Why `version` (a flashinfer __version__, or "unknown") cannot run the case, or None."""
@@ -38,7 +40,7 @@ class Bug:
         if parsed is not None and self.fixed_in is not None and parsed >= Version(self.fixed_in):
             return None  # (a release candidate of fixed_in comes before it: refused)
         seen = None if parsed is None else Version(parsed.base_version)  # 0.7.2.post1, 0.6.6+fake: 0.7.2, 0.6.6
-        return f"flashinfer {version}: {self.what} ({evidence(seen)}; {self.report})"
+        return f"flashinfer {version}: {self.what} ({evidence(seen, self.measured_on)}; {self.report})"
 
 
 def parse(version: str) -> Version | None:
@@ -48,9 +50,9 @@ def parse(version: str) -> Version | None:
         return None
 
 
-def evidence(seen: Version | None) -> str:
-    """How a release is known to carry the bugs: measured, read in its source, or assumed."""
-    if seen == MEASURED:
+def evidence(seen: Version | None, measured_on: tuple[str, ...] = (str(MEASURED),)) -> str:
+    """How a release is known to carry a bug: measured, read in its source, or assumed."""
+    if seen is not None and seen in {Version(v) for v in measured_on}:
         return "measured"
     if seen in READ:
         return f"same source as {MEASURED}, by reading it"
@@ -63,5 +65,6 @@ BUGS = {
     "pod-memset": Bug("POD zeroes its scheduler counters with a cudaMemset on the legacy stream (pod.cuh), "
                       "which a captured CUDA graph does not replay", "docs/kernels/flashinfer-bug-pod-memset.md"),
     "ba-int32": Bug("BatchAttention computes page offsets in 32 bits (persistent.cuh), so it reads wrong keys "
-                    "past 2^32 K elements", "docs/kernels/flashinfer-bug-ba-int32.md"),
+                    "past 2^32 K elements", "docs/kernels/flashinfer-bug-ba-int32.md",
+                    measured_on=(str(MEASURED), "0.7.2")),
 }

@@ -144,4 +144,5 @@ class VllmTritonBackend(LibraryBackend):
             kernel(q=q, k=k_cache, v=v_cache, out=out, **static)
 
         path, segments = kernel_path(max_seqlen_q, num_seqs, point.num_kv_heads, lib.batch_invariant)
-        return Part(launch, {f"triton_{role}_path": path, f"triton_{role}_segments": segments})
+        return Part(launch, {f"triton_{role}_path": path, f"triton_{role}_segments": segments},
+                    decide=lambda: {"triton_path": path, "segments": segments})
