@@ -21,7 +21,7 @@ With --resume (the same --out and flags) it goes on where an interrupted run sto
 trace, `attnbench replay --resume`, and a report over both parts (the wall times of the parts are
 kept in OUT/timing.json, so the buckets' time is the first part's and the whole command's the sum).
 A device call of 10 minutes holds the buckets and about 300 sampled steps; a second call on the
-same machine finishes them. Not a test: a benchmark that prints numbers. The replay's directory
+same machine finishes them. `--exact-sample 0` times the buckets alone (the time goal, in one call). Not a test: a benchmark that prints numbers. The replay's directory
 holds everything else.
 """
 
@@ -158,6 +158,8 @@ def main() -> None:
     wall_s, buckets_s, stopped = replay(str(trace), "--exact-sample", str(args.exact_sample), "--bucket-split",
                                         str(args.bucket_split), *shlex.split(args.flags), *where,
                                         results=run / "results.csv", resumed=args.resume)
+    if args.exact_sample == 0 and not stopped and not args.resume:
+        buckets_s = wall_s  # nothing sampled: the whole replay is its buckets
     parts.append({"wall_s": wall_s, "buckets_s": buckets_s, "interrupted": stopped})
     timing_file.write_text(json.dumps({"parts": parts}, indent=2) + "\n")
     wall_s = sum(part["wall_s"] for part in parts)

@@ -137,6 +137,27 @@ def test_replay_scale_resumed_reports_both_parts(tmp_path, monkeypatch, capsys):
     assert [p["wall_s"] for p in json.loads((out / "timing.json").read_text())["parts"]] == [100.0, 50.0]
 
 
+def test_replay_scale_with_no_sample_times_the_buckets_alone(tmp_path, monkeypatch):
+    out = tmp_path / "scale"
+    env = {"replay": {"steps": 10, "kinds": {"decode": 10}, "buckets": 3, "bucket_ratio": 3.0, "bucket_split": 12,
+                      "exact_sample": 0, "results": {}}}
+
+    def made(*args):  # the trace command: the replay's directory appears as the replay would write it
+        (out / "replay").mkdir(parents=True)
+        (out / "replay" / "env.json").write_text(json.dumps(env))
+        return 1.0
+    monkeypatch.setattr(replay_scale, "attnbench", made)
+    calls = []
+    monkeypatch.setattr(replay_scale, "replay", lambda *args, **kw: calls.append(args) or (200.0, None, False))
+    monkeypatch.setattr(replay_scale, "points_of", lambda results: {"bucket": 7, "sample": 0})
+    monkeypatch.setattr(sys, "argv", ["replay_scale.py", "--out", str(out), "--exact-sample", "0"])
+    replay_scale.main()
+    report = (out / "report.md").read_text()
+    assert "| buckets (goal: <= 300 s for 4 backends x 2 strategies) | 7 | 200.0 |" in report
+    args = list(calls[0])  # the goal's backends are named, whatever else is installed
+    assert args[args.index("--backend") + 1] == "vllm-fa2,vllm-fa3,flashinfer,flashinfer-ba"
+
+
 def test_a_cpu_replay_times_each_piece_and_records_the_split(tmp_path):
     trace = tmp_path / "t.jsonl"
     trace.write_text(trace_text(one_bin_trace(130)))

@@ -33,6 +33,8 @@
 #                      /tmp/attnbench-replay-scale, kept on a warm machine between calls) and is copied
 #                      under $OUT; the next call's section resumes it:
 #   replay-scale-resume 545  the same benchmark with --resume: the rest of the sample, a report over both parts
+#   replay-scale-buckets 400  the same trace's buckets alone (--exact-sample 0): the 5-minute goal on the
+#                      goal's four backends, in one call
 #   e2e-trace     300  `attnbench e2e --trace` on llama-3-8b, vllm-fa3 and FlashInfer (issue 21)
 #   triton-e2e    300  vllm-triton against vllm-fa3 in e2e on llama-3-8b, full and piecewise graphs (issue 24)
 #   atlas         450  the 560-cell atlas of the measurements page, with the rule's new columns (issue 22)
@@ -93,11 +95,15 @@ for section in "$@"; do
              --deadline-s $(( $(left 450) - 20 )) --out "$OUT/floor/floor.json" ;;
     readme) readme ;;
     ab) run ab 560 python3 benchmarks/ab_check.py --out "$OUT/ab/ab-check" ;;
-    replay-scale|replay-scale-resume)
-      scale="${SCALE_DIR:-/tmp/attnbench-replay-scale}"; resume=""
-      if [ "$section" = replay-scale ]; then rm -rf "$scale"; else resume="--resume"; fi
+    replay-scale|replay-scale-resume|replay-scale-buckets)
+      scale="${SCALE_DIR:-/tmp/attnbench-replay-scale}"; resume=""; sample=500
+      case "$section" in
+        replay-scale-resume) resume="--resume" ;;
+        replay-scale-buckets) scale="$scale-buckets"; sample=0; rm -rf "$scale" ;;
+        *) rm -rf "$scale" ;;
+      esac
       run "$section" 545 timeout -s INT $(( $(left 545) - 10 )) python3 benchmarks/replay_scale.py --out "$scale" \
-        --steps 10000 --exact-sample 500 $resume
+        --steps 10000 --exact-sample $sample $resume
       # all but the trace (tens of MB; `attnbench trace synth` with the benchmark's flags remakes it)
       mkdir -p "$OUT/$section/scale" && tar -C "$scale" --exclude=./trace.jsonl -cf - . | tar -C "$OUT/$section/scale" -xf - ;;
     e2e-trace) run e2e-trace 300 $AB e2e --model llama-3-8b --trace scenarios/traces/chat-high.requests.jsonl \
