@@ -17,7 +17,8 @@
 
 Each engine row runs once per engine of `--engines`, a K/V write (attention.KV_WRITES: K and V
 stored by two index_copy_ launches, or by fused_ops.write_kv's one) and a projection
-(elementwise.PROJECTIONS: F.linear, or fused_ops.gemv on one-token steps), on the same model in
+(elementwise.PROJECTIONS: F.linear, fused_ops.gemv on one-token steps, or "auto": the GEMV only for
+the weight shapes where it timed faster here, its choices printed), on the same model in
 the same run, so their ratios are solid; "kv write alone" times just the writes of one step (every
 layer's, in one CUDA graph) at a few token counts, and checks that both writes leave the same
 cache bytes; "engines agree" compares every engine's tokens and first logits with the first's.
@@ -25,7 +26,7 @@ cache bytes; "engines agree" compares every engine's tokens and first logits wit
 Both figures are printed whatever they are. Results go to --out as JSON after every stage, so a
 run cut short by a timeout keeps what it measured. Not a test: nothing here asserts.
 
-    python3 benchmarks/e2e_floor.py --out floor.json --hf-compile [--engines torch+linear,triton+linear,triton+gemv]
+    python3 benchmarks/e2e_floor.py --out floor.json --hf-compile [--engines torch+linear,triton+linear,triton+gemv,triton+auto]
 """
 
 from __future__ import annotations
@@ -154,6 +155,8 @@ def print_table(r: dict, input_len: int, output_len: int, engines: list[str]) ->
                f"{r[f'full_{run}_prefill_step_ms']:.3f} / {r[f'full_{run}_decode_step_ms']:.3f}",
                f"{r[f'full_{run}_prefill_over_decode']:.2f}x ({goal(r[f'full_{run}_prefill_over_decode'], 1.5)})")
               for run in runs if f"full_{run}_prefill_step_ms" in r],
+            *[(f"{key.removesuffix('_projection_choices')}: the GEMV or F.linear per weight shape", r[key], "")
+              for key in r if key.endswith("_projection_choices")],
             *[(f"{key.removesuffix('_first_divergence')}: tokens part at / first decode logits rel L2",
                f"{r[key]} / {r[key.replace('_first_divergence', '_decode_logits_rel_l2')]:.2e}", "")
               for key in r if key.endswith("_first_divergence") and not key.startswith("hf_")],
@@ -176,6 +179,9 @@ def attnbench_runs(model, args, prompt: list[int], floor_ms: float, save) -> dic
     for variant in args.engines:
         kv_write, projection = variant.split("+")
         model.use_projection(projection)
+        if model.projection_choices:  # "auto": what it chose per shape, before the engine's rows
+            save(f"projections {variant}", **{f"{variant}_projection_choices": "; ".join(
+                choice.describe(shape) for shape, choice in model.projection_choices.items())})
         runner = ModelEngines(model, max_num_seqs=1, max_model_len=args.input_len + args.output_len, kv_write=kv_write)
         for strategy in ("unified", "split"):
             run = f"{strategy}_{variant}"
@@ -236,7 +242,7 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--iters", type=int, default=5)
-    parser.add_argument("--engines", type=engine_list, default=engine_list("torch+linear,triton+linear,triton+gemv"),
+    parser.add_argument("--engines", type=engine_list, default=engine_list("torch+linear,triton+linear,triton+gemv,triton+auto"),
                         help="engine variants, comma-separated KV_WRITE+PROJECTION (attention.KV_WRITES, "
                              "elementwise.PROJECTIONS); the first is the baseline")
     parser.add_argument("--hf-compile", action="store_true", help="also time transformers' default static-cache compile")

@@ -17,7 +17,8 @@ from conftest import rel_l2
 from gpu_e2e import backend_params
 from interpreter import interpreter_tests
 
-from attnbench.e2e.elementwise import PROJECTIONS
+from attnbench.e2e import elementwise
+from attnbench.e2e.elementwise import PROJECTIONS, choose_projections
 from attnbench.e2e.model import ModelArgs, random_model
 from attnbench.e2e.modes import GraphMode
 from attnbench.e2e.runner import ModelEngines
@@ -44,13 +45,61 @@ def check_gemv(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
 
 def test_linear_is_the_default_and_gemv_is_refused_off_cuda():
     model = random_model(ModelArgs.from_name("tiny"), torch.bfloat16, "cpu")
-    assert PROJECTIONS == ("linear", "gemv") and model.projection == "linear"
-    assert model.layers[0].attention.linear is torch.nn.functional.linear
-    with pytest.raises(UsageError, match="projection gemv: a Triton kernel, it needs a CUDA device"):
-        model.use_projection("gemv")
-    with pytest.raises(UsageError, match="projection: unknown 'cublas'; choose from linear, gemv"):
+    assert PROJECTIONS == ("linear", "gemv", "auto") and model.projection == "linear"
+    assert model.layers[0].attention.linear is torch.nn.functional.linear and model.projection_choices == {}
+    for kind in ("gemv", "auto"):
+        with pytest.raises(UsageError, match=f"projection {kind}: a Triton kernel, it needs a CUDA device"):
+            model.use_projection(kind)
+    with pytest.raises(UsageError, match="projection: unknown 'cublas'; choose from linear, gemv, auto"):
         model.use_projection("cublas")
     assert model.projection == "linear"
+
+
+def test_auto_takes_the_gemv_only_where_it_timed_under_the_margin():
+    """choose_projections with a stand-in clock: per shape, each way's median over the rounds; the
+    GEMV below AUTO_MARGIN of F.linear's wins, a near tie keeps F.linear."""
+    weights = {(8, 64): [torch.zeros(8, 64)] * 2, (16, 64): [torch.zeros(16, 64)], (4, 32): [torch.zeros(4, 32)]}
+    gemv_over_linear = {8: 0.90, 16: 0.99, 4: 1.20}  # by the shape's N
+    gemv_calls, ticks = [], iter(range(1000))
+
+    def gemv(x, w):
+        gemv_calls.append(w.shape[0])
+        return x @ w.T
+
+    def time_us(calls):
+        before = len(gemv_calls)
+        outs = calls()  # the way's calls on every weight of the shape
+        n_out = outs[0].shape[-1]
+        factor = gemv_over_linear[n_out] if len(gemv_calls) > before else 1.0
+        noise = 1 + (next(ticks) % 3 - 1) * 0.001  # medians, not means: a little noise either way
+        return len(outs) * 10.0 * factor * noise
+
+    chosen = choose_projections(weights, gemv, time_us)
+    assert {shape: c.choice for shape, c in chosen.items()} == {(8, 64): "gemv", (16, 64): "linear", (4, 32): "linear"}
+    assert chosen[(8, 64)].linear_us == pytest.approx(10.0, rel=0.01) and chosen[(8, 64)].gemv_us == pytest.approx(9.0, rel=0.01)
+    assert chosen[(8, 64)].describe((8, 64)) == "8x64 gemv (linear 10.0 us, gemv 9.0 us)"
+    assert gemv_calls.count(8) == 2 * elementwise.AUTO_ROUNDS  # both weights of the shape, every round
+
+
+def test_auto_routes_each_shape_as_chosen_and_many_rows_to_linear(monkeypatch):
+    """The projection "auto" returns: the GEMV for one token row of a chosen shape, F.linear for the
+    other shapes and for any step of several rows."""
+    calls = []
+
+    class Ops:
+        @staticmethod
+        def gemv(x, w):
+            calls.append(tuple(w.shape))
+            return x @ w.T
+    monkeypatch.setattr(elementwise, "triton_kernels", lambda choice, device: Ops)
+    with pytest.raises(ValueError, match="give the per-shape choices"):
+        elementwise.projection("auto", "cpu")
+    call = elementwise.projection("auto", "cpu", {(8, 64): "gemv", (16, 64): "linear"})
+    x1, x3 = torch.randn(1, 64), torch.randn(3, 64)
+    for x in (x1, x3):
+        for w in (torch.randn(8, 64), torch.randn(16, 64)):
+            assert torch.allclose(call(x, w), x @ w.T)
+    assert calls == [(8, 64)]  # one token row and a chosen shape: the only GEMV call
 
 
 def test_a_shape_mismatch_is_refused_before_any_launch():
@@ -99,14 +148,29 @@ class TestOnCuda:
         the same bits; the first decode step is the gemv's (one token row), and another summation
         order: its logits within bf16's error of the F.linear model's."""
         model = random_model(ModelArgs.from_name("tiny"), torch.bfloat16, "cuda")
-        runs = {}
+        runs, choices = {}, {}
         try:
             for kind in PROJECTIONS:
                 engine = ModelEngines(model.use_projection(kind), max_num_seqs=1, max_model_len=32).engine(
                     backend, "unified", cudagraph)
-                runs[kind] = engine.generate([[3] * 9], 2, record_logits=True)
+                runs[kind], choices[kind] = engine.generate([[3] * 9], 2, record_logits=True), model.projection_choices
         finally:
             model.use_projection("linear")
-        assert torch.equal(runs["gemv"].logits[0, 0], runs["linear"].logits[0, 0])
-        assert runs["gemv"].tokens[0][0] == runs["linear"].tokens[0][0]
-        assert rel_l2(runs["gemv"].logits[0, 1], runs["linear"].logits[0, 1]) < 1e-2
+        assert set(choices["auto"]) == set(model.projection_weights()) and choices["linear"] == choices["gemv"] == {}
+        assert all(c.choice in ("gemv", "linear") and c.linear_us > 0 and c.gemv_us > 0 for c in choices["auto"].values())
+        for kind in ("gemv", "auto"):  # "auto" is F.linear or the GEMV per shape: within the same bounds
+            assert torch.equal(runs[kind].logits[0, 0], runs["linear"].logits[0, 0])
+            assert runs[kind].tokens[0][0] == runs["linear"].tokens[0][0]
+            assert rel_l2(runs[kind].logits[0, 1], runs["linear"].logits[0, 1]) < 1e-2
+
+
+def test_the_floor_benchmark_takes_auto_among_its_engines():
+    import argparse
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import e2e_floor
+
+    assert e2e_floor.engine_list("torch+linear,triton+auto") == ["torch+linear", "triton+auto"]
+    with pytest.raises(argparse.ArgumentTypeError, match="PROJECTION one of linear, gemv, auto"):
+        e2e_floor.engine_list("triton+cublas")

@@ -13,7 +13,10 @@ and every e2e row as `fused_ops`, since a silent fallback would be a wrong resul
 from __future__ import annotations
 
 import functools
+import statistics
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -71,22 +74,82 @@ def triton_kernels(choice: str, device: torch.device | str):
     return ops
 
 
-PROJECTIONS = ("linear", "gemv")  # F.linear (cuBLAS picks its kernel), or fused_ops.gemv for one-token steps
+PROJECTIONS = ("linear", "gemv", "auto")  # F.linear (cuBLAS picks its kernel); fused_ops.gemv for one-token
+# steps; or, per weight shape, whichever of the two one-token calls timed faster on this GPU (choose_projections)
+AUTO_MARGIN = 0.98  # "auto" takes the GEMV for a shape only below 98 % of F.linear's time: a near tie keeps cuBLAS
+AUTO_ROUNDS = 5  # timings per way and shape, the two ways in turns (clock drift hits both); medians compared
 
 
-def projection(kind: str, device: torch.device | str):
+def projection(kind: str, device: torch.device | str, choices: dict[tuple[int, int], str] | None = None):
     """The model's projection call (x, w, bias=None) for `kind` on `device`: F.linear; or, with
     "gemv" (CUDA only), fused_ops.gemv's one-pass Triton GEMV where a step has one token row
-    (a batch-1 decode step: there it reads each weight once, with no split-K) and F.linear else."""
+    (a batch-1 decode step: there it reads each weight once, with no split-K) and F.linear else;
+    "auto" does that only for the weight shapes `choices` maps to "gemv" (choose_projections)."""
     if kind not in PROJECTIONS:
         raise UsageError(f"projection: unknown {kind!r}; choose from {', '.join(PROJECTIONS)}")
     if kind == "linear":
         return F.linear
-    ops = triton_kernels("projection gemv", device)
+    ops = triton_kernels(f"projection {kind}", device)
+    if kind == "auto" and choices is None:
+        raise ValueError("projection auto: give the per-shape choices (choose_projections measures them)")
+    gemv_shapes = None if kind == "gemv" else {shape for shape, choice in choices.items() if choice == "gemv"}
 
     def gemv_or_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        if x.numel() != x.shape[-1]:
+        if x.numel() != x.shape[-1] or (gemv_shapes is not None and tuple(w.shape) not in gemv_shapes):
             return F.linear(x, w, bias)
         y = ops.gemv(x, w)
         return y if bias is None else y + bias
     return gemv_or_linear
+
+
+@dataclass(frozen=True)
+class ShapeChoice:
+    """One weight shape's one-token call, both ways, as "auto" measured it (microseconds a call)."""
+
+    linear_us: float
+    gemv_us: float
+    choice: str  # "gemv" or "linear"
+
+    def describe(self, shape: tuple[int, int]) -> str:
+        return f"{shape[0]}x{shape[1]} {self.choice} (linear {self.linear_us:.1f} us, gemv {self.gemv_us:.1f} us)"
+
+
+def graph_us(calls: Callable[[], object], reps: int = 20) -> float:
+    """Microseconds of one replay of `calls` captured in a CUDA graph, over `reps` replays between
+    CUDA events: the calls' GPU time with no host work between them (first run eagerly, outside the
+    capture, so an autotuner or a JIT runs there)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        calls()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        calls()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / reps
+
+
+def choose_projections(weights: dict[tuple[int, int], list[torch.Tensor]], gemv: Callable,
+                       time_us: Callable[[Callable[[], object]], float] = graph_us) -> dict[tuple[int, int], ShapeChoice]:
+    """Per weight shape, whether the one-token call is faster as F.linear or as `gemv`: every weight
+    of the shape called on one token row in turn (one matrix repeated would find itself in L2),
+    timed AUTO_ROUNDS times each way, the two ways alternating; the GEMV is chosen where its median
+    is below AUTO_MARGIN of F.linear's."""
+    chosen = {}
+    for shape, ws in weights.items():
+        x = torch.randn(1, shape[1], dtype=ws[0].dtype, device=ws[0].device)
+        ways = {"linear": lambda: [F.linear(x, w) for w in ws], "gemv": lambda: [gemv(x, w) for w in ws]}
+        times: dict[str, list[float]] = {name: [] for name in ways}
+        for _ in range(AUTO_ROUNDS):
+            for name, calls in ways.items():
+                times[name].append(time_us(calls) / len(ws))
+        linear_us, gemv_us = (statistics.median(times[name]) for name in ways)
+        chosen[shape] = ShapeChoice(linear_us, gemv_us, "gemv" if gemv_us < AUTO_MARGIN * linear_us else "linear")
+    return chosen

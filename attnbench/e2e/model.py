@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbench.e2e.elementwise import fused, projection
+from attnbench.e2e.elementwise import choose_projections, fused, projection, triton_kernels
 from attnbench.e2e.presets import PRESETS
 from attnbench.errors import UsageError
 
@@ -212,15 +212,31 @@ class Transformer(nn.Module):
         self.output = self.tok_embeddings if args.tie_embeddings else _param(
             args.vocab_size, args.dim, dtype=dtype, device=device)
         self.setup_rope(args.max_positions)
-        self.linear, self.projection = F.linear, "linear"
+        self.linear, self.projection, self.projection_choices = F.linear, "linear", {}
 
     def use_projection(self, kind: str) -> Transformer:
-        """Issue every projection (qkv, wo, w13, w2, the LM head) by elementwise.projection(kind)."""
-        call = projection(kind, self.tok_embeddings.device)
+        """Issue every projection (qkv, wo, w13, w2, the LM head) by elementwise.projection(kind).
+        "auto" first times each weight shape's one-token call both ways on this GPU
+        (elementwise.choose_projections; a second or so) and keeps what it chose in
+        `projection_choices` ({(N, K): ShapeChoice}; empty for the other kinds)."""
+        device = self.tok_embeddings.device
+        choices = {}
+        if kind == "auto":
+            choices = choose_projections(self.projection_weights(), triton_kernels("projection auto", device).gemv)
+        call = projection(kind, device, {shape: c.choice for shape, c in choices.items()})
         for module in (self, *(layer.attention for layer in self.layers), *(layer.feed_forward for layer in self.layers)):
             module.linear = call
-        self.projection = kind
+        self.projection, self.projection_choices = kind, choices
         return self
+
+    def projection_weights(self) -> dict[tuple[int, int], list[torch.Tensor]]:
+        """Every projection weight of the model, by shape (N, K)."""
+        weights: dict[tuple[int, int], list[torch.Tensor]] = {}
+        for layer in self.layers:
+            for w in (layer.attention.wqkv, layer.attention.wo, layer.feed_forward.w13, layer.feed_forward.w2):
+                weights.setdefault(tuple(w.shape), []).append(w)
+        weights.setdefault(tuple(self.output.shape), []).append(self.output)
+        return weights
 
     def setup_rope(self, max_len: int) -> None:
         """cos/sin tables for positions 0 .. max_len - 1, float32, on the model's device."""
