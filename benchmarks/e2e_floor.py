@@ -16,17 +16,19 @@
    reduce-overhead). Goal: attnbench's request latency at least 1.5x lower.
 
 Each engine row runs once per engine of `--engines`, a K/V write (attention.KV_WRITES: K and V
-stored by two index_copy_ launches, or by fused_ops.write_kv's one) and a projection
+stored by two index_copy_ launches, or by fused_ops.write_kv's one; "triton-rope": RoPE on q and k
+and both stores in one launch, fused_ops.rope_write_kv) and a projection
 (elementwise.PROJECTIONS: F.linear, fused_ops.gemv on one-token steps, or "auto": the GEMV only for
 the weight shapes where it timed faster here, its choices printed), on the same model in
-the same run, so their ratios are solid; "kv write alone" times just the writes of one step (every
-layer's, in one CUDA graph) at a few token counts, and checks that both writes leave the same
-cache bytes; "engines agree" compares every engine's tokens and first logits with the first's.
+the same run, so their ratios are solid; "kv write alone" times what lies between one step's qkv
+GEMMs and attention kernels (every layer's RoPE and K/V writes, in one CUDA graph) at a few token
+counts, and checks that every write leaves the same q and cache bytes; "engines agree" compares
+every engine's tokens and first logits with the first's.
 
 Both figures are printed whatever they are. Results go to --out as JSON after every stage, so a
 run cut short by a timeout keeps what it measured. Not a test: nothing here asserts.
 
-    python3 benchmarks/e2e_floor.py --out floor.json --hf-compile [--engines torch+linear,triton+linear,triton+gemv,triton+auto]
+    python3 benchmarks/e2e_floor.py --out floor.json --hf-compile [--engines torch+linear,triton+linear,triton+gemv,triton+auto,triton-rope+auto]
 """
 
 from __future__ import annotations
@@ -145,8 +147,8 @@ def print_table(r: dict, input_len: int, output_len: int, engines: list[str]) ->
                "GB/s " + " / ".join(f"{r[f'{shape}_{k}_gbs']:.0f}" if f"{shape}_{k}_gbs" in r else "-" for k in WAY_NAMES)
                + f"; triton {r[f'{shape}_triton_config']}")
               for shape in ("wqkv", "wo", "w13", "w2", "lm_head") if f"{shape}_shape" in r],
-            *[(f"one step's K/V writes, {n} token(s), kv-write {w} (us)", f"{r[f'kv_write_{w}_{n}tok_us']:.1f}",
-               f"same cache bytes: {r[f'kv_write_{n}tok_same_bytes']}")
+            *[(f"one step's RoPE and K/V writes, {n} token(s), kv-write {w} (us)", f"{r[f'kv_write_{w}_{n}tok_us']:.1f}",
+               f"same q and cache bytes: {r[f'kv_write_{n}tok_same_bytes']}")
               for n in (1, 16, 256, 2048) for w in kv_writes if f"kv_write_{w}_{n}tok_us" in r],
             *[(f"attnbench decode step, graphs, {run} (ms)", f"{r[f'{run}_decode_step_ms']:.3f}",
                f"{r[f'{run}_floor_ratio']:.2f}x floor ({goal(r[f'{run}_floor_ratio'], 1.3)}); "
@@ -242,7 +244,7 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--iters", type=int, default=5)
-    parser.add_argument("--engines", type=engine_list, default=engine_list("torch+linear,triton+linear,triton+gemv,triton+auto"),
+    parser.add_argument("--engines", type=engine_list, default=engine_list("torch+linear,triton+linear,triton+gemv,triton+auto,triton-rope+auto"),
                         help="engine variants, comma-separated KV_WRITE+PROJECTION (attention.KV_WRITES, "
                              "elementwise.PROJECTIONS); the first is the baseline")
     parser.add_argument("--hf-compile", action="store_true", help="also time transformers' default static-cache compile")

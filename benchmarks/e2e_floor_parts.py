@@ -1,6 +1,6 @@
 """The batch-1 decode step's parts, each timed alone on the GPU, for benchmarks/e2e_floor.py: the
 copy bandwidth the floor divides by, the projections (all of them, and each shape apart) issued
-several ways, and one step's K/V writes by each of attention.KV_WRITES. Every timing is a CUDA
+several ways, and one step's RoPE and K/V writes by each of attention.KV_WRITES. Every timing is a CUDA
 graph replayed back to back (CUDA events), so host work is never in it. Not a test, not a script.
 """
 
@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import torch
 
 from attnbench.e2e.attention import kv_writer
-from attnbench.e2e.model import ModelArgs
+from attnbench.e2e.model import ModelArgs, rope_qk
 
 
 def linear(w, x):
@@ -131,25 +131,37 @@ def gemv_per_shape(model, reps: int = 20) -> dict:
 
 def kv_write_alone(margs: ModelArgs, kv_writes: list[str], device: torch.device, tokens=(1, 16, 256, 2048),
                    reps: int = 20) -> dict:
-    """One step's K/V writes (n_layer of them, each into its own layer's cache, k and v strided views
-    of a qkv output as the model hands them over) in one CUDA graph per write, replayed back to back:
-    microseconds per step, and whether every write left the same cache bytes as the first."""
+    """What a step does between each layer's qkv GEMM and its attention kernel, by each K/V write:
+    RoPE on q and k and the K/V stores (the model's rope_qk, then the write; or a "-rope" write that
+    does both). n_layer of them, each into its own layer's cache, q, k and v strided views of a qkv
+    output as the model hands them over, in one CUDA graph per choice, replayed back to back:
+    microseconds per step, and whether every choice left the same q and cache bytes as the first."""
     outs = {}
     kv_size, q_size = margs.n_kv_head * margs.head_dim, margs.n_head * margs.head_dim
     for n in tokens:
         qkv = torch.randn(n, q_size + 2 * kv_size, dtype=torch.bfloat16, device=device)
-        k, v = (t.view(n, margs.n_kv_head, margs.head_dim) for t in qkv[:, q_size:].split(kv_size, dim=-1))
+        q, k, v = (t.view(n, -1, margs.head_dim) for t in qkv.split([q_size, kv_size, kv_size], dim=-1))
+        angles = torch.rand(n, margs.head_dim // 2, device=device) * 1000
+        cos, sin = angles.cos(), angles.sin()
         blocks = -(-n // 16) + 1
         slots = torch.randperm(blocks * 16, device=device)[:n]
-        caches = {}
+        results = {}
         for kv_write in kv_writes:
             write = kv_writer(kv_write, device)
             cache = torch.zeros(2, margs.n_layer, blocks, 16, margs.n_kv_head, margs.head_dim,
                                 dtype=torch.bfloat16, device=device)
-            ms = graph_ms(lambda: [write(cache[0, layer], cache[1, layer], k, v, slots)
-                                   for layer in range(margs.n_layer)], reps)
+            turned = []
+
+            def layer_step(layer: int):
+                if kv_write.endswith("-rope"):
+                    return write(q, k, v, cos, sin, cache[0, layer], cache[1, layer], slots)
+                q_turned, k_turned = rope_qk(q, k, cos, sin)
+                write(cache[0, layer], cache[1, layer], k_turned, v, slots)
+                return q_turned
+            ms = graph_ms(lambda: turned.append([layer_step(layer) for layer in range(margs.n_layer)]), reps)
             outs[f"kv_write_{kv_write}_{n}tok_us"] = ms * 1e3
-            caches[kv_write] = cache
-        first = caches[kv_writes[0]]
-        outs[f"kv_write_{n}tok_same_bytes"] = all(torch.equal(c, first) for c in caches.values())
+            results[kv_write] = (turned[-1][-1], cache)
+        first_q, first_cache = results[kv_writes[0]]
+        outs[f"kv_write_{n}tok_same_bytes"] = all(torch.equal(q_, first_q) and torch.equal(c, first_cache)
+                                                  for q_, c in results.values())
     return outs

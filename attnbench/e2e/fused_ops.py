@@ -116,6 +116,46 @@ def _write_kv_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr, k_token_s
 
 
 @triton.jit
+def _rope_write_kv_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, q_out_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
+                          q_token_stride, q_head_stride, k_token_stride, k_head_stride, v_token_stride, v_head_stride,
+                          cos_token_stride, cache_slot_stride, cache_head_stride, n_q_heads, n_kv_heads, half,
+                          HEADS: tl.constexpr, HALF: tl.constexpr):
+    """_rope_kernel and _write_kv_kernel as one: program (token, block of HEADS heads), the heads
+    counted over q's, then k's, then v's. q and k turn by the token's angles (rotate-half); q goes
+    to q_out, k (turned) and v (as it is) to the token's slot of the caches."""
+    token = tl.program_id(0).to(tl.int64)
+    heads = tl.program_id(1) * HEADS + tl.arange(0, HEADS)[:, None]
+    cols = tl.arange(0, HALF)[None, :]
+    in_half = cols < half
+    k_heads, v_heads = heads - n_q_heads, heads - n_q_heads - n_kv_heads
+    is_q = (heads < n_q_heads) & in_half
+    is_k = (k_heads >= 0) & (k_heads < n_kv_heads) & in_half
+    is_v = (v_heads >= 0) & (v_heads < n_kv_heads) & in_half
+    q_at = q_ptr + token * q_token_stride + heads * q_head_stride + cols
+    k_at = k_ptr + token * k_token_stride + k_heads * k_head_stride + cols
+    v_at = v_ptr + token * v_token_stride + v_heads * v_head_stride + cols
+    x1 = tl.where(is_q, tl.load(q_at, mask=is_q, other=0.0),
+                  tl.where(is_k, tl.load(k_at, mask=is_k, other=0.0), tl.load(v_at, mask=is_v, other=0.0)))
+    x2 = tl.where(is_q, tl.load(q_at + half, mask=is_q, other=0.0),
+                  tl.where(is_k, tl.load(k_at + half, mask=is_k, other=0.0), tl.load(v_at + half, mask=is_v, other=0.0)))
+    cos = tl.load(cos_ptr + token * cos_token_stride + cols, mask=in_half, other=0.0)
+    sin = tl.load(sin_ptr + token * cos_token_stride + cols, mask=in_half, other=0.0)
+    f1, f2 = x1.to(tl.float32), x2.to(tl.float32)
+    out1, out2 = f1 * cos - f2 * sin, f2 * cos + f1 * sin
+    dtype = q_out_ptr.dtype.element_ty
+    q_to = q_out_ptr + (token * n_q_heads + heads) * 2 * half + cols
+    tl.store(q_to, out1.to(dtype), mask=is_q)
+    tl.store(q_to + half, out2.to(dtype), mask=is_q)
+    slot = tl.load(slot_ptr + token).to(tl.int64)
+    k_to = k_cache_ptr + slot * cache_slot_stride + k_heads * cache_head_stride + cols
+    tl.store(k_to, out1.to(dtype), mask=is_k)
+    tl.store(k_to + half, out2.to(dtype), mask=is_k)
+    v_to = v_cache_ptr + slot * cache_slot_stride + v_heads * cache_head_stride + cols
+    tl.store(v_to, x1, mask=is_v)  # v as loaded: a copy, bit for bit
+    tl.store(v_to + half, x2, mask=is_v)
+
+
+@triton.jit
 def _gemv_kernel(x_ptr, w_ptr, y_ptr, n_out, k_in, x_row_stride, w_row_stride, y_row_stride,
                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """Program (block of BLOCK_N outputs, one row of x): y[m, n] = sum over k of x[m, k] w[n, k],
@@ -207,6 +247,21 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _cache_slots(k_cache: torch.Tensor, v_cache: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
+    """The caches [blocks, block_size, kv_heads, head_dim] as slots, checked for a write of
+    `tensors` into them: strides shared and unit along head_dim, one dtype throughout (a copy, not
+    a cast: index_copy_ refuses one too). The K cache's slot view (its strides are both caches')."""
+    k_slots, v_slots = k_cache.view(-1, *k_cache.shape[2:]), v_cache.view(-1, *v_cache.shape[2:])
+    if k_slots.stride() != v_slots.stride() or k_slots.stride(-1) != 1:
+        raise ValueError(f"write_kv: the caches' strides differ or are not unit along head_dim "
+                         f"({k_slots.stride()} and {v_slots.stride()})")
+    dtypes = {t.dtype for t in (*tensors, k_cache, v_cache)}
+    if len(dtypes) != 1:
+        raise ValueError(f"write_kv: the tensors and the caches must share a dtype "
+                         f"({', '.join(str(t.dtype) for t in (*tensors, k_cache, v_cache))})")
+    return k_slots
+
+
 def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              slot_mapping: torch.Tensor) -> None:
     """attention.write_kv as one launch: k and v [tokens, kv_heads, head_dim] (strided views of the
@@ -215,13 +270,7 @@ def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: t
     tokens, n_kv_heads, head_dim = k.shape
     if k.stride(-1) != 1 or v.stride(-1) != 1:
         k, v = k.contiguous(), v.contiguous()
-    k_slots, v_slots = k_cache.view(-1, *k_cache.shape[2:]), v_cache.view(-1, *v_cache.shape[2:])
-    if k_slots.stride() != v_slots.stride() or k_slots.stride(-1) != 1:
-        raise ValueError(f"write_kv: the caches' strides differ or are not unit along head_dim "
-                         f"({k_slots.stride()} and {v_slots.stride()})")
-    if not k.dtype == v.dtype == k_cache.dtype == v_cache.dtype:  # a copy, not a cast (index_copy_ refuses one too)
-        raise ValueError(f"write_kv: k, v and the caches must share a dtype ({k.dtype}, {v.dtype}, "
-                         f"{k_cache.dtype}, {v_cache.dtype})")
+    k_slots = _cache_slots(k_cache, v_cache, k, v)
     if tokens:
         dim = triton.next_power_of_2(head_dim)
         heads = min(triton.next_power_of_2(n_kv_heads), max(1, MAX_HEAD_BLOCK // dim))
@@ -229,6 +278,31 @@ def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: t
             k, v, k_cache, v_cache, slot_mapping, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
             k_slots.stride(0), k_slots.stride(1), n_kv_heads, head_dim, HEADS=heads, DIM=dim,
             num_warps=_warps(heads * dim, 4))
+
+
+def rope_write_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                  k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> torch.Tensor:
+    """attention.rope_write_kv as one launch: rope_qk and write_kv together. q [tokens, heads,
+    head_dim], k and v [tokens, kv_heads, head_dim] unrotated (strided views of the qkv GEMM's
+    output will do); cos and sin float32 [tokens, head_dim / 2]. k turned and v as it is go to
+    slot_mapping's slots of the caches; returns q turned, contiguous."""
+    tokens, n_q_heads, head_dim = q.shape
+    n_kv_heads = k.shape[1]
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    k_slots = _cache_slots(k_cache, v_cache, q, k, v)
+    cos, sin = cos.contiguous(), sin.contiguous()
+    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if tokens:
+        half = head_dim // 2
+        half_block = triton.next_power_of_2(half)
+        n_heads = n_q_heads + 2 * n_kv_heads
+        heads = min(triton.next_power_of_2(n_heads), max(1, MAX_HEAD_BLOCK // half_block))
+        _rope_write_kv_kernel[(tokens, triton.cdiv(n_heads, heads))](
+            q, k, v, cos, sin, q_out, k_cache, v_cache, slot_mapping, q.stride(0), q.stride(1), k.stride(0),
+            k.stride(1), v.stride(0), v.stride(1), cos.stride(0), k_slots.stride(0), k_slots.stride(1), n_q_heads,
+            n_kv_heads, half, HEADS=heads, HALF=half_block, num_warps=_warps(heads * half_block, 8))
+    return q_out
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, config: tuple[int, int, int] | None = None) -> torch.Tensor:

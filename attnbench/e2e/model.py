@@ -31,6 +31,12 @@ from attnbench.errors import UsageError
 AttnFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+def applies_rope(attn: AttnFn) -> bool:
+    """Whether the attention call turns q and k itself (attention.PagedAttention with a "-rope"
+    kv_write): the model then hands them over unturned, with rope=(cos, sin)."""
+    return getattr(attn, "applies_rope", False)
+
+
 @dataclass(frozen=True)
 class ModelArgs:
     name: str
@@ -144,11 +150,14 @@ class Attention(nn.Module):
         self.wo = _param(args.dim, args.n_head * args.head_dim, dtype=dtype, device=device)
         self.linear = F.linear  # Transformer.use_projection sets another
 
-    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """The attention call's inputs: q and k rotated, [tokens, heads, head_dim] each."""
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotate: bool = True):
+        """The attention call's inputs, [tokens, heads, head_dim] each: q and k rotated, or with
+        rotate=False as the GEMM left them (an attention call that applies RoPE itself turns them)."""
         q_size, kv_size = self.n_head * self.head_dim, self.n_kv_head * self.head_dim
         q, k, v = self.linear(x, self.wqkv, self.bqkv).split([q_size, kv_size, kv_size], dim=-1)
-        q, k = rope_qk(q.view(-1, self.n_head, self.head_dim), k.view(-1, self.n_kv_head, self.head_dim), cos, sin)
+        q, k = q.view(-1, self.n_head, self.head_dim), k.view(-1, self.n_kv_head, self.head_dim)
+        if rotate:
+            q, k = rope_qk(q, k, cos, sin)
         return q, k, v.view(-1, self.n_kv_head, self.head_dim)
 
     def forward(self, out: torch.Tensor) -> torch.Tensor:
@@ -183,14 +192,15 @@ class Block(nn.Module):
     # output and the stream before it, and the next norm (the next layer's, or the head's) adds
     # them in its own kernel, so no residual add is a kernel of its own.
 
-    def pre_attention(self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor):
+    def pre_attention(self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
+                      rotate: bool = True):
         """x: the previous layer's MLP output (layer 0: the embeddings, residual None); residual:
-        the stream it adds to. ((q, k, v), the stream x + residual)."""
+        the stream it adds to. ((q, k, v), the stream x + residual); rotate: Attention.qkv's."""
         if residual is None:
             h, normed = x, self.attention_norm(x)
         else:
             normed, h = self.attention_norm(x, residual)
-        return self.attention.qkv(normed, cos, sin), h
+        return self.attention.qkv(normed, cos, sin, rotate), h
 
     def post_attention(self, h: torch.Tensor, out: torch.Tensor):
         """h: the stream; out: the attention call's output. (the MLP output, the stream it adds to)."""
@@ -198,6 +208,9 @@ class Block(nn.Module):
         return self.feed_forward(normed), h
 
     def forward(self, x, residual, cos, sin, attn: AttnFn):
+        if applies_rope(attn):  # the attention call turns q and k as it stores k (one kernel on CUDA)
+            (q, k, v), h = self.pre_attention(x, residual, cos, sin, rotate=False)
+            return self.post_attention(h, attn(self.attention.layer_id, q, k, v, rope=(cos, sin)))
         (q, k, v), h = self.pre_attention(x, residual, cos, sin)
         return self.post_attention(h, attn(self.attention.layer_id, q, k, v))
 

@@ -44,6 +44,7 @@ import torch
 
 from attnbench.e2e.graphmem import CapturedGraphs, GraphEngine
 from attnbench.e2e.graphs import fewest, round_up, token_buckets
+from attnbench.e2e.model import applies_rope
 from attnbench.e2e.scheduler import Step
 
 
@@ -93,11 +94,12 @@ class PiecewiseGraphs(CapturedGraphs):
         e.copy_in(s.logits_indices, step.logits_indices + [0] * (s.logits_indices.shape[0] - sampled))
         q, k, v, out = s.q[:n], s.k[:n], s.v[:n], s.attn_out[:n]
         logits, attn = s.logits[:sampled], e.attn
+        rope = {"rope": (s.cos[:n], s.sin[:n])} if applies_rope(attn) else {}  # q, k stored unturned then
 
         def launch() -> torch.Tensor:
             for layer, replay in enumerate(replays[:-1]):
                 replay()
-                attn(layer, q, k, v, out)
+                attn(layer, q, k, v, out, **rope)
             replays[-1]()
             return logits
         return launch
@@ -122,7 +124,7 @@ class PiecewiseGraphs(CapturedGraphs):
         def store(layer: int, x: torch.Tensor, residual: torch.Tensor | None) -> None:
             """layer's q/k/v and the residual stream it leaves, into the buffers attention and the
             next segment read."""
-            qkv, h = model.layers[layer].pre_attention(x, residual, s.cos, s.sin)
+            qkv, h = model.layers[layer].pre_attention(x, residual, s.cos, s.sin, rotate=not applies_rope(self.engine.attn))
             for buffer, value in zip((s.q, s.k, s.v, s.x), (*qkv, h)):
                 buffer.copy_(value)
 
