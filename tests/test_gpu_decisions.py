@@ -1,7 +1,7 @@
 """The decision_* columns on the GPU's real libraries: FA2's derived splits, FA3's splits read from
 the scheduler metadata its plan computed (as vLLM's builder does) and a graph replayed on another
 batch after Plan.refresh recomputed that metadata; FlashInfer's resolved backend, tensor-core decode
-and BatchAttention CTAs. Each test skips with the reason when its library or GPU is missing."""
+and BatchAttention CTAs; the Triton kernel's grid. Each test skips with the reason when its library or GPU is missing."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from attnbench.kernels.backends.flashinfer import FlashInferBackend
 from attnbench.kernels.backends.flashinfer_ba import FlashInferBABackend
 from attnbench.kernels.backends.vllm_fa2 import VLLM_PACKAGE, VllmFA2Backend
 from attnbench.kernels.backends.vllm_fa3 import VLLM_MAX_SPLITS, VllmFA3Backend
+from attnbench.kernels.backends.vllm_triton import VllmTritonBackend
 from attnbench.kernels.graphsafe import replay_check
 from attnbench.kernels.inputs import make_inputs
 from attnbench.kernels.metadata import build_metadata
@@ -81,3 +82,12 @@ def test_flashinfer_names_its_backend_and_tensor_core_decode(backend):
 @pytest.mark.parametrize("backend", [available(FlashInferBABackend())])
 def test_batch_attention_counts_its_ctas(backend):
     assert int(decisions(backend, "mixed", 256, "unified")["decision_ctas"]) > 0
+
+
+@pytest.mark.parametrize("backend", [available(VllmTritonBackend())])
+def test_triton_records_its_grid_per_launch(backend):
+    """vLLM's rule: few one-token sequences take the 3-D grid (16 segments), a prefill the 2-D."""
+    assert decisions(backend, "decode", 8, "unified") == {"decision_triton_path": "3d", "decision_segments": "16"}
+    split = decisions(backend, "mixed", 256, "split")  # its decode rows 3-D if few enough, its prefill 2-D
+    assert (split["decision_triton_path"], split["decision_segments"]) in {("2d", "1"), ("decode=3d prefill=2d",
+                                                                                        "decode=16 prefill=1")}

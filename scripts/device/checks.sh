@@ -52,7 +52,7 @@ for pack in .device/bootstrap.sh .device-fi/bootstrap_fi.sh .device-triton/boots
 done
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 AB="python3 -m attnbench"
-GPU_TESTS="${GPU_TESTS:-tests/test_kv_write.py tests/test_gemv.py tests/test_fused_ops.py tests/test_replicates.py tests/test_e2e_trace.py tests/test_gpu_decisions.py}"
+GPU_TESTS="${GPU_TESTS:-tests/test_kv_write.py tests/test_gemv.py tests/test_gpu_kernels.py tests/test_gpu_decisions.py}"
 TABLE="$OUT/checks.md"
 CALL_BUDGET_S="${CALL_BUDGET_S:-570}"
 [ -f "$TABLE" ] || printf '| section | exit | seconds | command |\n|---|---:|---:|---|\n' > "$TABLE"
