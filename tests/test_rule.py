@@ -150,3 +150,35 @@ def test_a_cpu_run_is_said_to_be_a_demo_before_its_regrets(tmp_path):
     assert "pipeline demo" in (tmp_path / "rule" / "summary.md").read_text()
     gpu = invoke("rule", "fit", write_run(tmp_path / "gpu"), "--out", tmp_path / "rule-gpu")
     assert gpu.exit_code == 0 and "pipeline demo" not in gpu.output
+
+
+def with_sampled_steps(run, tmp_path, prefills=(10, 50, 90, 150, 300, 700)):
+    """`run` plus sampled steps as a replay writes them (part "sample", each its own step)."""
+    extra = pd.read_csv(write_run(tmp_path / "sampled", prefills=prefills) / "results.csv", dtype=str, keep_default_na=False)
+    extra = extra.assign(part="sample", step=(1000 + extra["bucket"].astype(int)).astype(str), steps="1")
+    rows = pd.read_csv(run / "results.csv", dtype=str, keep_default_na=False)
+    pd.concat([rows, extra], ignore_index=True).to_csv(run / "results.csv", index=False)
+    return run
+
+
+def test_apply_sampled_judges_the_rule_on_steps_timed_one_by_one(tmp_path):
+    """Fitted on the buckets, judged on the sampled steps, each weighing 1: the crossover holds, so
+    the rule loses nothing; each static choice's regret is the sample's own sum, by hand."""
+    run = with_sampled_steps(write_run(tmp_path / "run"), tmp_path)
+    _, out = fitted(tmp_path, "--max-depth", "1", run=run)
+    result = invoke("rule", "apply", out, run, "--sampled")
+    assert result.exit_code == 0, result.output
+    prefills = (10, 50, 90, 150, 300, 700)
+    totals = {c: sum(synthetic_times(p)[c] for p in prefills) for c in synthetic_times(0)}
+    oracle = sum(min(synthetic_times(p).values()) for p in prefills)
+    assert f"| per-cell oracle | per cell | {oracle:.4f} | 0.00 |" in result.stdout
+    assert f"| rule | per cell | {oracle:.4f} | 0.00 |" in result.stdout
+    split = (totals["vllm-fa3 split"] - oracle) / oracle * 100
+    assert f"| always | vllm-fa3 split | {totals['vllm-fa3 split']:.4f} | {split:.2f} |" in result.stdout
+
+
+def test_apply_sampled_needs_sampled_steps(tmp_path):
+    _, out = fitted(tmp_path, "--max-depth", "1")
+    result = invoke("rule", "apply", out, tmp_path / "run", "--sampled")
+    assert result.exit_code != 0 and "holds no sampled step rows (replay it with --exact-sample N)" in result.output
+    assert "Traceback" not in result.output

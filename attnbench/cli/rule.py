@@ -52,6 +52,10 @@ def apply(
     rule_dir: Annotated[Path, typer.Argument(help="A directory `attnbench rule fit` wrote (its rule.json). Example: rules/h200", show_default=False)],
     runs: Annotated[list[Path], typer.Argument(help="Replay or kernel sweep runs to judge it on. Example: runs/h200-replay-2", show_default=False)],
     mode: Mode = None,
+    sampled: Annotated[bool, typer.Option("--sampled", help="Judge it on the replays' sampled steps (their --exact-sample "
+                                                             "steps, each timed one by one and weighed 1) instead of "
+                                                             "their bucket representatives: steps a rule fitted on the "
+                                                             "same replay never saw.")] = False,
 ) -> None:
     """Print an existing rule's regret on other replay or sweep runs, beside the static choices and
     the per-cell oracle (the rule saw none of these cells unless they were among its runs).
@@ -62,4 +66,4 @@ def apply(
 
     console = make_console()
     with user_errors(console):
-        run_rule_apply(rule_dir, runs, mode, console)
+        run_rule_apply(rule_dir, runs, mode, console, sampled)

@@ -86,8 +86,13 @@ class Cells:
     lacking: list[str]  # FEATURES left out of `features`: some cells' rows predate their columns
 
 
-def run_cells(path: Path, mode: str | None, number: int) -> tuple[pd.DataFrame, dict]:
-    """One run's passing rows of `mode` as long form (cell, choice, median_ms, sizes, weight)."""
+PARTS = ("bucket", "sample")  # a replay's bucket representatives (weighed by the steps they stand
+# for), or its --exact-sample steps, each timed one by one and standing for itself
+
+
+def run_cells(path: Path, mode: str | None, number: int, part: str = "bucket") -> tuple[pd.DataFrame, dict]:
+    """One run's passing rows of `mode` as long form (cell, choice, median_ms, sizes, weight); of a
+    replay, the rows of `part` (PARTS)."""
     if not os.path.isdir(path):
         raise AttnbenchError(f"RUN: {path} is not a run directory (replay or kernel sweep)")
     rows = load_run(path, "RUN").rows
@@ -97,8 +102,13 @@ def run_cells(path: Path, mode: str | None, number: int) -> tuple[pd.DataFrame, 
     if lacking:
         raise AttnbenchError(f"RUN: {path}'s results.csv lacks {', '.join(lacking)} (written by an older attnbench?)")
     replay = "part" in rows.columns
+    if part != "bucket" and not replay:
+        raise AttnbenchError(f"RUN: {path} is not a replay run: only a replay has sampled steps (--exact-sample)")
     if replay:
-        rows = rows[rows["part"] == "bucket"]
+        rows = rows[rows["part"] == part]
+        if rows.empty:
+            raise AttnbenchError(f"RUN: {path} holds no {'sampled step' if part == 'sample' else 'bucket'} rows"
+                                 + (" (replay it with --exact-sample N)" if part == "sample" else ""))
     chosen = rows[(rows["verdict"] == "pass") & (rows["mode"] == mode if mode else True)]
     chosen = chosen.dropna(subset=["median_ms", *BATCH_COLUMNS])
     if chosen.empty:
@@ -106,13 +116,14 @@ def run_cells(path: Path, mode: str | None, number: int) -> tuple[pd.DataFrame, 
     if chosen["mode"].nunique() > 1:
         raise AttnbenchError(f"RUN: {path} holds rows of modes {', '.join(sorted(chosen['mode'].unique()))}; "
                              "give --mode to fit on one")
-    key = (["bucket", "step"] if replay else [c for c in POINT_COLUMNS if c in chosen.columns]) \
+    key = (["bucket", "step"] if replay and part == "bucket" else ["step"] if replay
+           else [c for c in POINT_COLUMNS if c in chosen.columns]) \
         + [c for c in ("l2",) if c in chosen.columns]  # a cold and a warm L2 are two cells
     cell = chosen[key].astype(str).agg("|".join, axis=1)
     long = chosen.assign(cell=f"{number}:" + cell, choice=chosen["backend"] + " " + chosen["strategy"])
-    weights = _replay_weights(path, long) if replay else pd.Series(1.0, index=long["cell"].unique())
+    weights = _replay_weights(path, long) if replay and part == "bucket" else pd.Series(1.0, index=long["cell"].unique())
     kind = "replay" if replay else "atlas" if {"round", *CELL_COLUMNS} <= set(rows.columns) else "kernel sweep"
-    info = {"path": str(path), "kind": kind, "mode": str(long["mode"].iloc[0]),
+    info = {"path": str(path), "kind": kind if part == "bucket" else "replay's sampled steps", "mode": str(long["mode"].iloc[0]),
             "gpu": "cpu" if (long["device"].astype(str) == "cpu").all() else ", ".join(sorted(long["gpu"].astype(str).unique())),
             "trace": _trace_of(path) if replay else None}
     return long.assign(weight=long["cell"].map(weights)), info
@@ -142,11 +153,12 @@ def _trace_of(path: Path) -> str | None:
         return None
 
 
-def read_cells(paths: list[Path], mode: str | None) -> Cells:
-    """Every run's cells, side by side; the choices are every backend x strategy any cell has."""
+def read_cells(paths: list[Path], mode: str | None, part: str = "bucket") -> Cells:
+    """Every run's cells, side by side; the choices are every backend x strategy any cell has.
+    part: of each replay, its bucket representatives or its sampled steps (run_cells)."""
     parts, runs = [], []
     for number, path in enumerate(paths):
-        long, info = run_cells(Path(path), mode, number)
+        long, info = run_cells(Path(path), mode, number, part)
         parts.append(long)
         runs.append({**info, "cells": int(long["cell"].nunique())})
     for what, values in (("modes", [r["mode"] for r in runs]), ("GPUs", [r["gpu"] for r in runs])):

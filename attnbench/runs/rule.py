@@ -118,10 +118,12 @@ def read_rule(rule_dir: Path) -> dict:
     return record
 
 
-def run_rule_apply(rule_dir: Path, runs: list[Path], mode: str | None, console: Console) -> None:
-    """An existing rule's regret on other runs, beside the static choices: printed, nothing written."""
+def run_rule_apply(rule_dir: Path, runs: list[Path], mode: str | None, console: Console, sampled: bool = False) -> None:
+    """An existing rule's regret on other runs, beside the static choices: printed, nothing written.
+    sampled: judged on the replays' sampled steps (each timed alone, weighed 1) in place of their
+    bucket representatives."""
     record = read_rule(rule_dir)
-    cells = read_cells(runs, mode)
+    cells = read_cells(runs, mode, "sample" if sampled else "bucket")
     missing = sorted(tree_features(record["tree"]) - set(cells.features.columns))
     if missing:
         raise UsageError(f"RUN: the rule splits on {', '.join(missing)}, which the rows lack (written by an older "
