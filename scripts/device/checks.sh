@@ -36,7 +36,7 @@
 #   replay-scale-buckets 400  the same trace's buckets alone (--exact-sample 0): the 5-minute goal on the
 #                      goal's four backends, in one call
 #   e2e-trace     300  `attnbench e2e --trace` on llama-3-8b, vllm-fa3 and FlashInfer (issue 21)
-#   triton-e2e    300  vllm-triton against vllm-fa3 in e2e on llama-3-8b, full and piecewise graphs (issue 24)
+#   triton-e2e    300  vllm-triton against vllm-fa3 in e2e on llama-3-8b, full, piecewise and decode graphs (issue 24)
 #   atlas         450  the 560-cell atlas of the measurements page, with the rule's new columns (issue 22)
 #   replays       510  chat-high, decode-heavy, prefix-heavy replayed for the rule's held-out check (issue 22);
 #                      then on the CPU: benchmarks/rule_loto.py ATLAS DECODE_HEAVY PREFIX_HEAVY CHAT_HIGH LONG --depth 6
@@ -109,7 +109,7 @@ for section in "$@"; do
     e2e-trace) run e2e-trace 300 $AB e2e --model llama-3-8b --trace scenarios/traces/chat-high.requests.jsonl \
                  --max-requests 24 --chunk-size 2048 --backend vllm-fa3,flashinfer --out "$OUT/e2e-trace/run" ;;
     triton-e2e)
-      for mode in full piecewise; do
+      for mode in full piecewise decode; do
         run triton-e2e-$mode 150 $AB e2e --model llama-3-8b --backend vllm-triton,vllm-fa3 --cudagraph $mode \
           --input-len 512 --output-len 32 --batch-size 8 --chunk-size 2048 --out "$OUT/triton-e2e/$mode"
       done ;;
