@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import subprocess
 from pathlib import Path
 
@@ -52,3 +53,31 @@ def test_a_section_the_call_s_budget_cannot_hold_is_skipped_and_recorded(tmp_pat
     table = (tmp_path / "checks.md").read_text()
     assert "| doctor | skipped | 0 |" in table and "| floor | skipped | 0 |" in table
     assert "skipped: 10 s left of CALL_BUDGET_S=20" in result.stdout
+
+
+def test_the_fa2_cache_keeps_one_dtype_s_modules(tmp_path):
+    """scripts/device/fa2_cache_dtype.py on a stand-in cache: the bf16 module and the index stay,
+    the fp16 module goes; a symlink or a file that is no xz tar is one error line."""
+    import io
+    import tarfile
+
+    pack = tmp_path / "nvcache-fa2-h200.tar.xz"
+    entries = {"nvcache/index": b"idx", "nvcache/1/a/bf": b"..N7cutlass10bfloat16_tE..", "nvcache/2/b/fp": b"..N7cutlass6half_tE.."}
+    with tarfile.open(pack, "w:xz") as tar:
+        for name, data in entries.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    script = SCRIPT.parent / "fa2_cache_dtype.py"
+    done = subprocess.run([sys.executable, str(script), "--pack", str(pack)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "kept 2 file(s), dropped 1 fp16 module(s)" in done.stdout, done.stderr
+    with tarfile.open(pack, "r:xz") as tar:
+        assert sorted(tar.getnames()) == ["nvcache/1/a/bf", "nvcache/index"]
+        assert tar.extractfile("nvcache/1/a/bf").read() == entries["nvcache/1/a/bf"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [pack.name]  # nothing left beside it
+    link = tmp_path / "link.tar.xz"
+    link.symlink_to(pack)
+    (tmp_path / "junk.tar.xz").write_text("not a tar")
+    for bad in (link, tmp_path / "junk.tar.xz"):
+        done = subprocess.run([sys.executable, str(script), "--pack", str(bad)], capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0 and done.stderr.startswith("error: --pack") and "Traceback" not in done.stderr

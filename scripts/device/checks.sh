@@ -7,7 +7,9 @@
 # from the project's root, with $OUT set (the device tool sets it) and the packs carried:
 # .device (FA2/FA3, ../shared/device/prepare.sh), .device-fi (FlashInfer) and .device-triton
 # (scripts/device/prepare_triton.sh) where a section's backends need them; a pack not carried is
-# skipped, and the backends it holds then report themselves unavailable in the rows.
+# skipped, and the backends it holds then report themselves unavailable in the rows. All three and
+# the tree fit the 64 MiB carry only after scripts/device/fa2_cache_dtype.py (the FA2 cache's bf16
+# half).
 #
 # Every section runs under its own time limit (a hung step cannot eat the call), writes its run
 # directories under $OUT/SECTION/ and its console to $OUT/SECTION.log, and adds one line to
