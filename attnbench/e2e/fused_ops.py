@@ -1,5 +1,5 @@
-"""The model's four small elementwise ops, and the paged K/V write, as hand-written Triton kernels
-launched directly.
+"""The model's four small elementwise ops, and the paged K/V write (with RoPE or without), as
+hand-written Triton kernels launched directly.
 
 Why it exists: torch.compile fused these ops into one kernel each, but every eager call then went
 through dynamo's frame check, AOTAutograd's wrapper and Inductor's launcher before the kernel ran,
@@ -16,11 +16,10 @@ The kernels are written for this file; the work is split as vLLM's csrc/layernor
 a token's q and k heads) split theirs.
 
 write_kv stores a layer's new K and V in one launch where attention.write_kv's two index_copy_
-calls take two; the engine runs it when asked (PagedAttention's kv_write), not by default, until
-it has been timed against the two launches on a GPU (benchmarks/e2e_floor.py --engines). gemv is
-a decode step's projection in one pass with no split-K (Transformer.use_projection("gemv"));
-benchmarks/e2e_floor.py times it beside cuBLAS per projection shape and in the step, and the model
-keeps F.linear by default until that says otherwise.
+calls take two, and rope_write_kv turns q and k and stores k and v in one launch where rope_qk
+and write_kv take two; the engine runs them when asked (PagedAttention's kv_write), not by default
+(benchmarks/e2e_floor.py --engines times them in the step). The one-pass GEMV lives in
+fused_gemv.py and is re-exported here, so `fused_ops` is every Triton kernel the model may run.
 
 This module imports triton at the top: elementwise.py imports it only on the first CUDA call, so
 the CPU path and CI (no triton) never need it.
@@ -31,6 +30,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from attnbench.e2e.fused_gemv import GEMV_CONFIGS, gemv, gemv_config  # noqa: F401  (re-exported: see above)
 
 MAX_HEAD_BLOCK = 4096  # elements of one program of the per-token kernels (heads x columns)
 
@@ -155,32 +156,6 @@ def _rope_write_kv_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, q_out_ptr, k_ca
     tl.store(v_to + half, x2, mask=is_v)
 
 
-@triton.jit
-def _gemv_kernel(x_ptr, w_ptr, y_ptr, n_out, k_in, x_row_stride, w_row_stride, y_row_stride,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Program (block of BLOCK_N outputs, one row of x): y[m, n] = sum over k of x[m, k] w[n, k],
-    the whole of K in one program (no split-K, so no second reduction kernel), in float32."""
-    m = tl.program_id(1).to(tl.int64)
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < n_out
-    w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * w_row_stride
-    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    for k0 in range(0, k_in, BLOCK_K):
-        k = k0 + tl.arange(0, BLOCK_K)
-        k_mask = k < k_in
-        xk = tl.load(x_ptr + m * x_row_stride + k, mask=k_mask, other=0.0).to(tl.float32)
-        w = tl.load(w_rows + k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0).to(tl.float32)
-        acc += w * xk[None, :]
-    tl.store(y_ptr + m * y_row_stride + offs_n, tl.sum(acc, axis=1).to(y_ptr.dtype.element_ty), mask=n_mask)
-
-
-# (BLOCK_N, BLOCK_K, num_warps): from few outputs a program (many programs: every SM busy on a
-# 4096-output projection) to many (fewer, longer programs); autotuned per (outputs, inputs) on CUDA
-GEMV_CONFIGS = ((4, 1024, 4), (8, 512, 4), (16, 256, 4), (16, 512, 8), (32, 256, 8), (64, 128, 4))
-_gemv_tuned = triton.autotune([triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w) for n, k, w in GEMV_CONFIGS],
-                              key=["n_out", "k_in"])(_gemv_kernel)
-
-
 def _warps(elements: int, most: int) -> int:
     """A warp per 512 elements of a program's block, 1 .. most."""
     return max(1, min(most, elements // 512))
@@ -303,32 +278,3 @@ def rope_write_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.
             k.stride(1), v.stride(0), v.stride(1), cos.stride(0), k_slots.stride(0), k_slots.stride(1), n_q_heads,
             n_kv_heads, half, HEADS=heads, HALF=half_block, num_warps=_warps(heads * half_block, 8))
     return q_out
-
-
-def gemv(x: torch.Tensor, w: torch.Tensor, config: tuple[int, int, int] | None = None) -> torch.Tensor:
-    """x [rows, K] @ w [N, K]^T for a decode step's few rows, one launch with no split-K: each
-    program reads its outputs' weight rows whole. `config` (one of GEMV_CONFIGS) fixes the blocks;
-    without it they are autotuned per shape on the first call (CUDA only: the interpreter cannot
-    time), and gemv_config(N, K) says which won. Each row re-reads w: for batch-1 decode steps."""
-    rows = _rows(x)
-    if w.stride(-1) != 1 or rows.shape[1] != w.shape[1]:
-        raise ValueError(f"gemv: x {tuple(x.shape)} and w {tuple(w.shape)} (strides {w.stride()}) do not multiply")
-    n_out, k_in = w.shape
-    y = torch.empty((*x.shape[:-1], n_out), dtype=x.dtype, device=x.device)
-    if rows.shape[0]:
-        args = (rows, w, y, n_out, k_in, rows.stride(0), w.stride(0), n_out)
-        if config is None:
-            _gemv_tuned[lambda meta: (triton.cdiv(n_out, meta["BLOCK_N"]), rows.shape[0])](*args)
-        else:
-            block_n, block_k, warps = config
-            _gemv_kernel[(triton.cdiv(n_out, block_n), rows.shape[0])](*args, BLOCK_N=block_n, BLOCK_K=block_k,
-                                                                       num_warps=warps)
-    return y
-
-
-def gemv_config(n_out: int, k_in: int) -> str:
-    """The blocks the autotuner chose for this shape ("not tuned" before its first call)."""
-    for key, config in getattr(_gemv_tuned, "cache", {}).items():
-        if tuple(key[:2]) == (n_out, k_in):
-            return f"BLOCK_N={config.kwargs['BLOCK_N']} BLOCK_K={config.kwargs['BLOCK_K']} warps={config.num_warps}"
-    return "not tuned"
