@@ -11,6 +11,7 @@ from contextlib import contextmanager
 import torch
 
 from attnbench.e2e.attention import kv_writer
+from attnbench.e2e.elementwise import graph_us
 from attnbench.e2e.model import ModelArgs, rope_qk
 
 
@@ -64,14 +65,10 @@ def copy_bandwidth_gbs(device: torch.device, gib: float = 2.0, reps: int = 20) -
 
 
 def graph_ms(calls, reps: int = 20) -> float:
-    """calls() captured in one CUDA graph (run once first, outside the capture, so kernels load and
-    compile there), then replayed back to back: milliseconds per replay (CUDA events)."""
-    calls()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        calls()
-    graph.replay()
-    return replay_ms(graph.replay, reps)
+    """calls() captured in one CUDA graph (run first outside the capture, so kernels load and
+    compile there), then replayed back to back: milliseconds per replay (CUDA events;
+    elementwise.graph_us, which the model's "auto" projection times with)."""
+    return graph_us(calls, reps) / 1e3
 
 
 def replay_ms(replay, reps: int) -> float:

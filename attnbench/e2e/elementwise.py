@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.errors import UsageError
+from attnbench.kernels.timing import TimedKernel
 
 
 class fused:
@@ -115,22 +116,15 @@ class ShapeChoice:
 
 
 def graph_us(calls: Callable[[], object], reps: int = 20) -> float:
-    """Microseconds of one replay of `calls` captured in a CUDA graph, over `reps` replays between
-    CUDA events: the calls' GPU time with no host work between them (first run eagerly, outside the
-    capture, so an autotuner or a JIT runs there)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        calls()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        calls()
-    graph.replay()
+    """Microseconds of one replay of `calls` captured in a CUDA graph (kernels.timing.TimedKernel:
+    run first on a side stream, outside the capture, so an autotuner or a JIT runs there), over
+    `reps` replays back to back between CUDA events: the calls' GPU time with no host work between."""
+    runner = TimedKernel(calls, "graph", torch.device("cuda", torch.cuda.current_device()))
+    runner()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(reps):
-        graph.replay()
+        runner()
     end.record()
     end.synchronize()
     return start.elapsed_time(end) * 1e3 / reps

@@ -41,8 +41,9 @@ _gemv_tuned = triton.autotune([triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_w
                               key=["n_out", "k_in"])(_gemv_kernel)
 
 
-def _rows(x: torch.Tensor) -> torch.Tensor:
-    """x as [rows, last dim] with unit stride along a row."""
+def rows_view(x: torch.Tensor) -> torch.Tensor:
+    """x as [rows, last dim] with unit stride along a row (a view for every tensor the model
+    passes); fused_ops' kernels read their inputs through it too."""
     x = x.reshape(-1, x.shape[-1])
     return x if x.stride(-1) == 1 else x.contiguous()
 
@@ -52,7 +53,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, config: tuple[int, int, int] | None =
     program reads its outputs' weight rows whole. `config` (one of GEMV_CONFIGS) fixes the blocks;
     without it they are autotuned per shape on the first call (CUDA only: the interpreter cannot
     time), and gemv_config(N, K) says which won. Each row re-reads w: for batch-1 decode steps."""
-    rows = _rows(x)
+    rows = rows_view(x)
     if w.stride(-1) != 1 or rows.shape[1] != w.shape[1]:
         raise ValueError(f"gemv: x {tuple(x.shape)} and w {tuple(w.shape)} (strides {w.stride()}) do not multiply")
     n_out, k_in = w.shape

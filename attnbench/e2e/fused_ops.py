@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from attnbench.e2e.fused_gemv import GEMV_CONFIGS, gemv, gemv_config  # noqa: F401  (re-exported: see above)
+from attnbench.e2e.fused_gemv import GEMV_CONFIGS, gemv, gemv_config, rows_view  # noqa: F401  (gemv re-exported)
 
 MAX_HEAD_BLOCK = 4096  # elements of one program of the per-token kernels (heads x columns)
 
@@ -161,15 +161,9 @@ def _warps(elements: int, most: int) -> int:
     return max(1, min(most, elements // 512))
 
 
-def _rows(x: torch.Tensor) -> torch.Tensor:
-    """x as [rows, last dim] with unit stride along a row (a view for every tensor the model passes)."""
-    x = x.reshape(-1, x.shape[-1])
-    return x if x.stride(-1) == 1 else x.contiguous()
-
-
 def _norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float):
-    rows = _rows(x)
-    res = _rows(residual) if residual is not None else rows
+    rows = rows_view(x)
+    res = rows_view(residual) if residual is not None else rows
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     summed = torch.empty_like(out) if residual is not None else out
     if rows.shape[0]:
@@ -212,7 +206,7 @@ def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
 
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """model.silu_and_mul as one launch: silu(gate) * up, gate_up = [..., 2 * ffn]."""
-    rows = _rows(gate_up)
+    rows = rows_view(gate_up)
     n_cols = rows.shape[1] // 2
     out = torch.empty((*gate_up.shape[:-1], n_cols), dtype=gate_up.dtype, device=gate_up.device)
     if rows.shape[0]:

@@ -116,12 +116,12 @@ def run_cells(path: Path, mode: str | None, number: int, part: str = "bucket") -
     if chosen["mode"].nunique() > 1:
         raise AttnbenchError(f"RUN: {path} holds rows of modes {', '.join(sorted(chosen['mode'].unique()))}; "
                              "give --mode to fit on one")
-    key = (["bucket", "step"] if replay and part == "bucket" else ["step"] if replay
-           else [c for c in POINT_COLUMNS if c in chosen.columns]) \
+    buckets = replay and part == "bucket"  # cells weighed by the steps they stand for; else each weighs 1
+    key = (["bucket", "step"] if buckets else ["step"] if replay else [c for c in POINT_COLUMNS if c in chosen.columns]) \
         + [c for c in ("l2",) if c in chosen.columns]  # a cold and a warm L2 are two cells
     cell = chosen[key].astype(str).agg("|".join, axis=1)
     long = chosen.assign(cell=f"{number}:" + cell, choice=chosen["backend"] + " " + chosen["strategy"])
-    weights = _replay_weights(path, long) if replay and part == "bucket" else pd.Series(1.0, index=long["cell"].unique())
+    weights = _replay_weights(path, long) if buckets else pd.Series(1.0, index=long["cell"].unique())
     kind = "replay" if replay else "atlas" if {"round", *CELL_COLUMNS} <= set(rows.columns) else "kernel sweep"
     info = {"path": str(path), "kind": kind if part == "bucket" else "replay's sampled steps", "mode": str(long["mode"].iloc[0]),
             "gpu": "cpu" if (long["device"].astype(str) == "cpu").all() else ", ".join(sorted(long["gpu"].astype(str).unique())),
