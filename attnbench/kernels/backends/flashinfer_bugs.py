@@ -8,8 +8,8 @@ Each is written up as an upstream report (docs/kernels/flashinfer-bug-*.md):
   (include/flashinfer/attention/persistent.cuh, prefetch_offest), so a paged cache past 2^32 K
   elements is read at wrapped offsets.
 
-How each version is known: by measurement on the H200 (both bugs on 0.6.6; ba-int32 also on
-0.7.2.post1, with benchmarks/repro_fi_ba_int32.py), else by reading the sources of 0.7.2.post1 and
+How each version is known: by measurement on the H200 (both bugs on 0.6.6 and on 0.7.2.post1, with
+benchmarks/repro_fi_pod_memset.py and repro_fi_ba_int32.py), else by reading the sources of 0.7.2.post1 and
 0.7.4 (the same lines; releases between 0.6.6 and 0.7.4 are assumed to share them); a newer release
 is assumed to carry a bug until a release is known to fix it. When one does, set the bug's
 `fixed_in`: that release and later ones run.
@@ -63,7 +63,8 @@ def evidence(seen: Version | None, measured_on: tuple[str, ...] = (str(MEASURED)
 
 BUGS = {
     "pod-memset": Bug("POD zeroes its scheduler counters with a cudaMemset on the legacy stream (pod.cuh), "
-                      "which a captured CUDA graph does not replay", "docs/kernels/flashinfer-bug-pod-memset.md"),
+                      "which a captured CUDA graph does not replay", "docs/kernels/flashinfer-bug-pod-memset.md",
+                      measured_on=(str(MEASURED), "0.7.2")),
     "ba-int32": Bug("BatchAttention computes page offsets in 32 bits (persistent.cuh), so it reads wrong keys "
                     "past 2^32 K elements", "docs/kernels/flashinfer-bug-ba-int32.md",
                     measured_on=(str(MEASURED), "0.7.2")),
