@@ -30,6 +30,8 @@
 #   readme        300  the README's main command twice, timed, and `attnbench compare` of the pair
 #                      (issue 23: <= 60 s with replicates that stop, A/A clean at its threshold)
 #   ab            560  benchmarks/ab_check.py: A/A and planted 3 % / 10 % under `attnbench ab` (issue 23)
+#   ab-1000       560  the same with kernel --budget-ms 1000 (a longer sampling window per round): whether
+#                      a row's per-round spread falls with it (benchmarks/ab_power.py on both runs' folders)
 #   replay-scale  545  benchmarks/replay_scale.py on a 10,000-step trace (issue 21); SIGINT at the limit,
 #                      so what was measured is written. Its run lives in $SCALE_DIR (default
 #                      /tmp/attnbench-replay-scale, kept on a warm machine between calls) and is copied
@@ -54,7 +56,7 @@ for pack in .device/bootstrap.sh .device-fi/bootstrap_fi.sh .device-triton/boots
 done
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 AB="python3 -m attnbench"
-GPU_TESTS="${GPU_TESTS:-tests/test_kv_write.py tests/test_gemv.py tests/test_gpu_kernels.py tests/test_gpu_decisions.py}"
+GPU_TESTS="${GPU_TESTS:-tests/test_gpu_kernels.py}"
 TABLE="$OUT/checks.md"
 CALL_BUDGET_S="${CALL_BUDGET_S:-570}"
 [ -f "$TABLE" ] || printf '| section | exit | seconds | command |\n|---|---:|---:|---|\n' > "$TABLE"
@@ -97,6 +99,7 @@ for section in "$@"; do
              --deadline-s $(( $(left 450) - 20 )) --out "$OUT/floor/floor.json" ;;
     readme) readme ;;
     ab) run ab 560 python3 benchmarks/ab_check.py --out "$OUT/ab/ab-check" ;;
+    ab-1000) run ab-1000 560 python3 benchmarks/ab_check.py --extra "--budget-ms 1000" --out "$OUT/ab-1000/ab-check" ;;
     replay-scale|replay-scale-resume|replay-scale-buckets)
       scale="${SCALE_DIR:-/tmp/attnbench-replay-scale}"; resume=""; sample=500
       case "$section" in
