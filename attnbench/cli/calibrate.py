@@ -54,7 +54,7 @@ def calibrate(
     for r in result.rows.itertuples(index=False):
         table.add_row(escape(r.label), f"{r.base_time:.4f}", f"{r.new_time:.4f}", f"{r.ratio:.3f}",
                       f"{r.ci_low:.3f}-{r.ci_high:.3f}", r.method, _pct(r.spread_a), _pct(r.spread_b),
-                      _pct(r.clean_need))
+                      _pct(r.clean_need) + (" (host-bound: not judged)" if r.host_bound else ""))
     console.print(table)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)

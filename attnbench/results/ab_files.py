@@ -83,7 +83,7 @@ def regressed(frame: pd.DataFrame) -> bool:
 def counts_line(frame: pd.DataFrame, threshold: float, wall_s: float) -> str:
     """The verdicts, why rows stopped, and the run's wall time."""
     counts = ", ".join(f"{int((frame['verdict'] == v).sum())} {v}" for v in VERDICTS
-                       if v != "unjudged" or (frame["verdict"] == v).any())
+                       if v not in ("unjudged", "host-bound") or (frame["verdict"] == v).any())
     stops = frame["stopped"].value_counts().to_dict()
     return (f"{len(frame)} rows: {counts} (threshold {threshold:.1%}, paired intervals {CONFIDENCE:.0%} over all looks); stopped: "
             + ", ".join(f"{n} {why}" for why, n in stops.items()) + f"; {wall_s:.0f} s")

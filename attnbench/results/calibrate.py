@@ -67,7 +67,7 @@ def round_up(fraction: float) -> float:
 class Calibration:
     clean: float | None     # None: the pair supports no threshold (no_threshold says why)
     all_same: float | None
-    rows: pd.DataFrame  # label, base_time, new_time, ratio, ci_low, ci_high, method, spread_a, spread_b, clean_need
+    rows: pd.DataFrame  # label, base_time, new_time, ratio, ci_low, ci_high, method, spreads, needs, host_bound
     notes: list[str]
     no_threshold: str = ""
 
@@ -100,11 +100,12 @@ def calibrate_pair(a: pd.DataFrame, b: pd.DataFrame) -> Calibration:
                          for r, lo, hi in zip(rows["ratio"], rows["ci_low"], rows["ci_high"])]
     rows = rows.sort_values("clean_need", ascending=False, kind="stable").reset_index(drop=True)
     shown = ["label", "base_time", "new_time", "ratio", "ci_low", "ci_high", "method", "spread_a", "spread_b",
-             "clean_need", "same_need"]
+             "clean_need", "same_need", "host_bound"]
     notes = comparison.notes() + comparison.unmatched()
     if comparison.cpu:
         return Calibration(None, None, rows[shown], notes, CPU_NO_THRESHOLD)
-    return Calibration(round_up(rows["clean_need"].max()), round_up(rows["same_need"].max()), rows[shown], notes)
+    judged = rows[~rows["host_bound"]] if not rows["host_bound"].all() else rows  # compare does not judge these
+    return Calibration(round_up(judged["clean_need"].max()), round_up(judged["same_need"].max()), rows[shown], notes)
 
 
 # ---- running the pair ---------------------------------------------------------------------------

@@ -28,7 +28,8 @@ from attnbench.kernels.workload import LABEL, SweepPoint
 from attnbench.results.files import results_file
 from attnbench.results.read import KERNEL, MEASURED, ResultKind, canonical
 from attnbench.results.replicates import CONFIDENCE, MIN_REPLICATES, parse_times, welch_log_ratio
-from attnbench.results.verdicts import CPU_NO_VERDICT, VERDICTS, classify, on_cpu, supported
+from attnbench.results.verdicts import (CPU_NO_VERDICT, HOST_BOUND, HOST_BOUND_NOTE, VERDICTS, classify, host_bound,
+                                        on_cpu, supported)
 from attnbench.results.schema import read_env
 
 RESAMPLES = 1000
@@ -136,6 +137,10 @@ class Comparison:
         if unjudged and not self.cpu:
             lines.append(f"{unjudged} row(s) store no spread (median only): no verdict, nothing says how noisy "
                          "they are")
+        hosts = int(self.rows["host_bound"].sum())
+        if hosts:
+            lines.append(f"{hosts} " + HOST_BOUND_NOTE.format(factor=HOST_BOUND, verdict=f"{self.count('host-bound')} "
+                                                             "would have been slower or faster"))
         fallback = self.rows[self.rows["method"] != "replicates"]
         if not fallback.empty and self.unit == "ms":
             widened = "" if self.cpu else (", so their interval is widened to the two runs' own p10..p90 spread; "
@@ -170,15 +175,20 @@ def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float, key: l
         raise UsageError("BASE and NEW have no configuration in common (rows match on "
                          + ", ".join(key) + ")")
     timed = [k for k in common if base_k.at[k, "verdict"] in MEASURED and new_k.at[k, "verdict"] in MEASURED]
+    hosts = set() if kind is not KERNEL or "mode" not in key else set.intersection(*(
+        host_bound(frame[frame["verdict"].isin(MEASURED)], [c for c in key if c != "mode"], kind.measure, canonical)
+        for frame in (base_k, new_k)))
     records = []
     for k in timed:
         b, n = base_k.loc[k], new_k.loc[k]
+        judged = supported(judge(b, n, threshold, kind.measure, kind.replicates), b, n, threshold, kind.measure,
+                           kind.spread, cpu)
+        if k in hosts and judged["verdict"] in ("slower", "faster"):
+            judged = {**judged, "verdict": "host-bound"}
         records.append({**{c: n[c] for c in key}, "base_time": b[kind.measure], "new_time": n[kind.measure],
-                        **supported(judge(b, n, threshold, kind.measure, kind.replicates), b, n, threshold, kind.measure, kind.spread,
-                                    cpu),
-                        "check": n["verdict"], "base_check": b["verdict"]})
+                        **judged, "host_bound": k in hosts, "check": n["verdict"], "base_check": b["verdict"]})
     rows = pd.DataFrame(records, columns=[*key, "base_time", "new_time", "ratio", "ci_low", "ci_high",
-                                          "method", "verdict", "check", "base_check"])
+                                          "method", "verdict", "host_bound", "check", "base_check"])
     label_columns = varying(pd.concat([base, new]), key)
     rows["label"] = labels(rows, label_columns)
     rows = by_verdict(rows)
@@ -259,7 +269,7 @@ def env_differences(base_env: dict, new_env: dict) -> list[tuple[str, object, ob
 # ---- Markdown for a PR comment --------------------------------------------------------------------
 
 def summary_line(c: Comparison) -> str:
-    counts = ", ".join(f"{c.count(v)} {v}" for v in VERDICTS if v != "unjudged" or c.count(v))
+    counts = ", ".join(f"{c.count(v)} {v}" for v in VERDICTS if v not in ("unjudged", "host-bound") or c.count(v))
     return f"{len(c.rows)} rows compared: {counts} (threshold {c.threshold:.1%}, {CONFIDENCE:.0%} intervals)"
 
 

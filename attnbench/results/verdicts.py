@@ -8,6 +8,9 @@ spread: a change is called only when it moves one run's typical time outside the
 samples. A row that stores no spread at all gets no verdict. Neither do CPU timings: a CPU shares
 its cores, caches and clock with everything else on the machine, so identical runs land further
 apart than most changes a gate looks for, and no interval from the runs themselves can tell.
+For the same reason an eager kernel row that took much longer than its graph row in both runs
+(host_bound) is not called slower or faster but `host-bound`: its time is partly the host's. One
+that became so in one run only is judged as usual: its eager path changed against its kernel.
 """
 
 from __future__ import annotations
@@ -16,7 +19,12 @@ import math
 
 import pandas as pd
 
-VERDICTS = ("slower", "faster", "noisy", "same", "unjudged")
+VERDICTS = ("slower", "faster", "host-bound", "noisy", "same", "unjudged")
+HOST_BOUND = 1.25  # an eager kernel row at this many times its graph row or more: partly the host's time
+HOST_BOUND_NOTE = ("eager row(s) took {factor}x or more their graph row in both runs: their time is partly the "
+                   "host launching the call, which moves between separate runs with the CPU's state, so their change "
+                   "is shown, not judged ({verdict}); their graph rows judge the kernel, and `attnbench ab` "
+                   "interleaves two versions in one run")
 CPU_NO_VERDICT = ("CPU timings: no verdict (a CPU shares its cores, caches and clock with the rest of the machine, "
                   "so two runs of the same command differ by more than a gate can tell from a change; compare "
                   "GPU runs for a verdict); ratios are shown for reading only")
@@ -34,6 +42,18 @@ def classify(ratio: float, low: float, high: float, threshold: float) -> str:
     if bottom <= low and high <= top:
         return "same"
     return "noisy"
+
+
+def host_bound(rows: pd.DataFrame, point: list[str], measure: str, canonical) -> set[str]:
+    """The index labels of rows' eager rows timed at HOST_BOUND or more times the graph row of the
+    same point (the other `point` columns equal) in the same run. A graph replay issues the whole
+    call from the device; an eager call that takes this much longer waited on its host."""
+    if rows.empty or "mode" not in rows:
+        return set()
+    ids = ["|".join(canonical(v) for v in row) for row in rows[point].itertuples(index=False)]
+    graph = {i: t for i, mode, t in zip(ids, rows["mode"], rows[measure]) if mode == "graph"}
+    return {label for label, i, mode, t in zip(rows.index, ids, rows["mode"], rows[measure])
+            if mode == "eager" and graph.get(i, math.inf) * HOST_BOUND <= t}
 
 
 def on_cpu(rows: pd.DataFrame, env: dict) -> bool:

@@ -1,0 +1,75 @@
+"""Eager kernel rows that waited on their host in both runs: compare shows their change but calls it
+`host-bound`, not slower or faster, and calibrate leaves them out of its threshold (results/verdicts.py).
+
+On the H200 (docs/measurements/h200.md, "The README's main command with replicates that stop") two
+runs of the same command an hour apart moved five eager rows of 20-55 us by 35 % with tight
+replicates while their graph rows agreed; these tests plant that shape.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from test_compare import replicated, write_run
+
+from attnbench.results import compare
+from attnbench.results.calibrate import calibrate_pair
+from attnbench.results.read import KERNEL, canonical
+from attnbench.results.verdicts import HOST_BOUND, host_bound
+
+pytest_plugins = ["results_fixtures"]
+
+
+def point(graph_ms: float, eager_ms: float, tokens: int = 100, seed: int = 0) -> list[dict]:
+    """A point's graph and eager rows, each of three tight replicates."""
+    return [replicated([ms * f for f in (1.0, 1.002, 0.998)], seed=seed + i, num_tokens=tokens, mode=mode, decode_seqs=0)
+            for i, (mode, ms) in enumerate((("graph", graph_ms), ("eager", eager_ms)))]
+
+
+def verdicts(base: list[dict], new: list[dict]) -> dict[tuple[int, str], str]:
+    result = compare.compare_runs(pd.DataFrame(base), pd.DataFrame(new), 0.05)
+    return {(r.num_tokens, r.mode): r.verdict for r in result.rows.itertuples()}
+
+
+def test_an_eager_row_far_above_its_graph_row_is_host_bound_not_faster_or_slower():
+    base = point(0.010, 0.050) + point(1.0, 1.02, tokens=1000, seed=4)
+    for factor, plain in ((0.65, "faster"), (1.35, "slower")):
+        new = point(0.010, 0.050 * factor, seed=8) + point(1.0, 1.02 * factor, tokens=1000, seed=12)
+        assert verdicts(base, new) == {(100, "graph"): "same", (100, "eager"): "host-bound",
+                                       (1000, "graph"): "same", (1000, "eager"): plain}
+
+
+def test_a_row_host_bound_in_one_run_only_is_judged_as_usual():
+    """Its eager path changed against its own kernel (a host-side regression, say): the gate sees it."""
+    base, new = point(0.010, 0.011), point(0.010, 0.030, seed=8)  # host-bound in NEW only
+    assert verdicts(base, new)[(100, "eager")] == "slower"
+    assert verdicts(new, base)[(100, "eager")] == "faster"
+    assert verdicts(base, point(0.010, 0.011, seed=8))[(100, "eager")] == "same"
+
+
+@pytest.mark.parametrize("eager_over_graph, expected", [(HOST_BOUND, True), (HOST_BOUND * 0.99, False)])
+def test_the_factor_is_the_eager_row_over_the_graph_row_of_the_same_point(eager_over_graph, expected):
+    frame = pd.DataFrame(point(0.02, 0.02 * eager_over_graph) + point(0.02, 0.5, tokens=500)[1:])  # 500: no graph row
+    labels = host_bound(frame, [c for c in KERNEL.key if c != "mode"], "median_ms", canonical)
+    assert labels == ({1} if expected else set())
+
+
+def test_the_cli_passes_the_gate_names_the_rows_and_says_why(tmp_path, cli):
+    base = write_run(tmp_path / "base", point(0.010, 0.050))
+    new = write_run(tmp_path / "new", point(0.010, 0.070, seed=8))  # eager 40 % slower, graph the same
+    result = cli("compare", base, new, "--threshold", "5%")
+    assert result.exit_code == 0, result.output
+    assert "0 slower, 0 faster, 1 host-bound" in result.output
+    assert "1 eager row(s) took 1.25x or more their graph row in both runs" in " ".join(result.output.split())
+    md = tmp_path / "compare.md"
+    assert cli("compare", base, new, "--markdown", md).exit_code == 0
+    assert "| host-bound |" in md.read_text() and "**regression**" not in md.read_text()
+
+
+def test_calibrate_leaves_host_bound_rows_out_of_its_threshold():
+    base = point(0.010, 0.050) + point(1.0, 1.02, tokens=1000, seed=4)
+    new = point(0.010, 0.033, seed=8) + point(1.0, 1.02 * 1.03, tokens=1000, seed=12)
+    result = calibrate_pair(pd.DataFrame(base), pd.DataFrame(new))
+    assert 0.02 < result.clean < 0.06  # the 3 % eager row at 1000 tokens, not the 34 % host-bound one
+    assert result.rows["host_bound"].sum() == 1
+    assert any("host launching the call" in note for note in result.notes)
