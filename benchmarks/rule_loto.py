@@ -83,7 +83,7 @@ def held_out(atlas: Path, replays: list[Path], out: int, depth: int, min_leaf: f
     rule_ms, oracle_ms, _ = regret(times, weights, predict(tree, test.features))
     statics = times.mul(weights, axis=0).sum()
     totals = {"rule": rule_ms, "best single": float(statics.min()),
-              "vLLM default": float(statics[vllm_default(test.gpus)]),
+              "vLLM default": float(statics.get(vllm_default(test.gpus), np.nan)),  # NaN: not among the choices
               "FlashInfer default": float(statics.get(FLASHINFER_DEFAULT, np.nan)), "oracle": oracle_ms}
     if draws:
         samples = sample_matrix(replays[out], 0, times.index, times.columns)
