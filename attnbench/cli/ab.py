@@ -87,7 +87,7 @@ def sweeps_of(scenario: Path | None, args: list[str]) -> list:
 
 def print_outcome(console, outcome, threshold: float) -> None:
     from attnbench.cli.results import VERDICT_STYLE
-    from attnbench.results.ab_files import CPU_NOTE, broken, counts_line
+    from attnbench.results.ab_files import CPU_NOTE, broken, counts_line, needs_line
 
     table = Table("row", "rounds", "baseline ms", "candidate ms", "cand / base", "interval", "verdict", "stopped")
     for r in outcome.frame.itertuples(index=False):
@@ -101,6 +101,9 @@ def print_outcome(console, outcome, threshold: float) -> None:
     for label in broken(outcome.frame)["label"]:
         console.print(f"[bold red]correctness regression:[/] {escape(label)} passed on the baseline, not on the "
                       "candidate")
+    needs = needs_line(outcome.frame, threshold)
+    if needs:
+        console.print(f"[yellow]{escape(needs)}[/]", soft_wrap=True, highlight=False)
     style = "bold red" if outcome.regressed else "green"
     console.print(f"[{style}]{escape(counts_line(outcome.frame, threshold, outcome.wall_s))}[/]")
     console.print(f"results: {escape(str(outcome.path))}/ab.csv, summary.md, rounds.csv, env.json", highlight=False)

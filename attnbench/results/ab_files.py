@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 
 from attnbench.results.compare import BROKEN, by_verdict, env_differences, labels, varying
-from attnbench.results.paired import BASELINE, CANDIDATE, RowRounds
+from attnbench.results.paired import BASELINE, CANDIDATE, NEEDS_AT_MOST, RowRounds, rounds_needed
 from attnbench.results.read import KERNEL
 from attnbench.results.replicates import CONFIDENCE
 from attnbench.results.verdicts import VERDICTS
@@ -36,6 +36,7 @@ class AbRow:
     ci_high: float
     verdict: str         # slower, faster, same, noisy; unjudged without an interval or on the CPU
     stopped: str         # decided, max-rounds, budget, not-timed
+    rounds_needed: float  # a noisy row: the rounds its per-round spread would need (paired.rounds_needed); else NaN
     baseline_check: str  # each side's row verdict in its last round (pass, fail, skipped, error, ...)
     candidate_check: str
     ratios: str          # per round, space-separated
@@ -55,9 +56,27 @@ def ab_row(key: dict, label: str, rounds: RowRounds, sides: dict[str, dict], thr
                 result.ratio if result else nan, result.median_ratio if result else nan,
                 result.low if result else nan, result.high if result else nan,
                 result.verdict if result and not cpu else "unjudged", rounds.stopped,
+                _needed(rounds.ratios, threshold, confidence) if result and result.verdict == "noisy" and not cpu else nan,
                 sides.get(BASELINE, {}).get("verdict", ""), sides.get(CANDIDATE, {}).get("verdict", ""),
                 " ".join(f"{r:.5f}" for r in rounds.ratios), reason)
     return {**key, **asdict(row)}
+
+
+def _needed(ratios: list[float], threshold: float, confidence: float) -> float:
+    needed = rounds_needed(ratios, threshold, confidence)
+    return float("inf") if needed is None and threshold > 0 else float("nan") if needed is None else float(needed)
+
+
+def needs_line(frame: pd.DataFrame, threshold: float) -> str:
+    """What the noisy rows would take at their per-round spread ("" when none is noisy)."""
+    needed = frame["rounds_needed"].dropna()
+    if needed.empty:
+        return ""
+    most = "more than " + str(NEEDS_AT_MOST) if needed.max() == float("inf") else f"{needed.max():.0f}"
+    return (f"{len(needed)} noisy row(s) would need about {needed.median():.0f} rounds (median; up to {most}) at "
+            f"their per-round spread so far for an interval within half of {threshold:.1%} either side: then an "
+            f"unchanged row is `same` and a change of {1.5 * threshold:.1%} is caught; raise --max-rounds and "
+            "--budget-s, or make a round quieter (a longer --budget-ms)")
 
 
 def ab_frame(entries: list[tuple[dict, RowRounds, dict]], threshold: float, confidence: float,
@@ -93,7 +112,8 @@ def summary(frame: pd.DataFrame, env: dict, threshold: float, wall_s: float, cpu
     """summary.md: the verdict line, how the sides differ, and the table."""
     ab = env["ab"]
     head = "**regression**" if regressed(frame) else "no regression shown (CPU: no verdict)" if cpu else "no regression"
-    lines = [f"### attnbench ab: {head}", "", counts_line(frame, threshold, wall_s), ""]
+    needs = needs_line(frame, threshold)
+    lines = [f"### attnbench ab: {head}", "", counts_line(frame, threshold, wall_s), *([needs] if needs else []), ""]
     lines += [f"- {side}: python {ab[side]['python']}, src {ab[side]['src']}"
               + (f", {ab[side]['variables']}" if ab[side]["variables"] else "") for side in (BASELINE, CANDIDATE)]
     diff = env_differences(ab[BASELINE]["versions"], ab[CANDIDATE]["versions"])

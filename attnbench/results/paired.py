@@ -30,7 +30,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from attnbench.results.replicates import CONFIDENCE, MIN_REPLICATES, mean_interval
+from attnbench.results.replicates import CONFIDENCE, MIN_REPLICATES, mean_interval, t_quantile
 from attnbench.results.verdicts import classify
 
 BASELINE, CANDIDATE = "baseline", "candidate"
@@ -110,3 +110,21 @@ def enough(row: RowRounds, threshold: float, min_rounds: int, max_rounds: int) -
         if result is not None and result.verdict != "noisy":
             return DECIDED
     return ROUNDS if done >= max_rounds else ""
+
+
+NEEDS_AT_MOST = 1000  # rounds_needed looks no further
+
+
+def rounds_needed(ratios: Sequence[float], threshold: float, confidence: float) -> int | None:
+    """Rounds after which an interval at `confidence`, on this row's per-round spread so far, would be
+    at most half the threshold either side of its centre (on the log scale): narrow enough to call
+    an unchanged row `same` and a change of 1.5 x the threshold slower or faster. What a row that
+    ended `noisy` would have taken, if its spread holds. None below MIN_REPLICATES rounds, at
+    threshold 0, or beyond NEEDS_AT_MOST rounds."""
+    if len(ratios) < MIN_REPLICATES or threshold <= 0:
+        return None
+    spread = statistics.stdev(math.log(r) for r in ratios)
+    half = math.log(1 + threshold) / 2
+    quantile = 1 - (1 - confidence) / 2
+    return next((n for n in range(MIN_REPLICATES, NEEDS_AT_MOST + 1)
+                 if t_quantile(quantile, n - 1) * spread / math.sqrt(n) <= half), None)
