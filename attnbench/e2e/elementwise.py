@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.errors import UsageError
-from attnbench.kernels.timing import TimedKernel
+from attnbench.kernels.timing import estimate_replay_ms
 
 
 class fused:
@@ -116,18 +116,11 @@ class ShapeChoice:
 
 
 def graph_us(calls: Callable[[], object], reps: int = 20) -> float:
-    """Microseconds of one replay of `calls` captured in a CUDA graph (kernels.timing.TimedKernel:
-    run first on a side stream, outside the capture, so an autotuner or a JIT runs there), over
-    `reps` replays back to back between CUDA events: the calls' GPU time with no host work between."""
-    runner = TimedKernel(calls, "graph", torch.device("cuda", torch.cuda.current_device()))
-    runner()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        runner()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / reps
+    """Microseconds of one replay of `calls` captured in a CUDA graph, over `reps` replays back to
+    back between CUDA events (kernels.timing.estimate_replay_ms: its TimedKernel runs the calls first
+    on a side stream, outside the capture, so an autotuner or a JIT runs there): the calls' GPU
+    time with no host work between."""
+    return estimate_replay_ms(calls, torch.device("cuda", torch.cuda.current_device()), reps) * 1e3
 
 
 def choose_projections(weights: dict[tuple[int, int], list[torch.Tensor]], gemv: Callable,

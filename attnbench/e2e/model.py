@@ -208,11 +208,10 @@ class Block(nn.Module):
         return self.feed_forward(normed), h
 
     def forward(self, x, residual, cos, sin, attn: AttnFn):
-        if applies_rope(attn):  # the attention call turns q and k as it stores k (one kernel on CUDA)
-            (q, k, v), h = self.pre_attention(x, residual, cos, sin, rotate=False)
-            return self.post_attention(h, attn(self.attention.layer_id, q, k, v, rope=(cos, sin)))
-        (q, k, v), h = self.pre_attention(x, residual, cos, sin)
-        return self.post_attention(h, attn(self.attention.layer_id, q, k, v))
+        turns = applies_rope(attn)  # the attention call turns q and k as it stores k (one kernel on CUDA)
+        (q, k, v), h = self.pre_attention(x, residual, cos, sin, rotate=not turns)
+        rope = {"rope": (cos, sin)} if turns else {}
+        return self.post_attention(h, attn(self.attention.layer_id, q, k, v, **rope))
 
 
 class Transformer(nn.Module):

@@ -63,8 +63,11 @@ def ab_row(key: dict, label: str, rounds: RowRounds, sides: dict[str, dict], thr
 
 
 def _needed(ratios: list[float], threshold: float, confidence: float) -> float:
+    """rounds_needed as ab.csv holds it: inf beyond NEEDS_AT_MOST, NaN at threshold 0."""
     needed = rounds_needed(ratios, threshold, confidence)
-    return float("inf") if needed is None and threshold > 0 else float("nan") if needed is None else float(needed)
+    if needed is not None:
+        return float(needed)
+    return float("inf") if threshold > 0 else float("nan")
 
 
 def needs_line(frame: pd.DataFrame, threshold: float) -> str:
