@@ -44,6 +44,17 @@ def test_an_unknown_section_is_a_row_and_the_table_comes_last(tmp_path):
     assert (tmp_path / "runs.tgz").is_file() and not [p for p in tmp_path.iterdir() if p.is_dir()]
 
 
+def test_many_sections_come_back_as_two_files(tmp_path):
+    """The device tool returns at most 8 files from $OUT: the logs go into runs.tgz with the runs."""
+    import tarfile
+
+    sections = [f"bogus{i}" for i in range(10)]
+    assert run(*sections, out=tmp_path).returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checks.md", "runs.tgz"]
+    with tarfile.open(tmp_path / "runs.tgz") as tar:
+        assert "checks.log" in tar.getnames() and {f"{s}/" for s in sections} <= {f"{n}/" for n in tar.getnames()}
+
+
 def test_a_section_the_call_s_budget_cannot_hold_is_skipped_and_recorded(tmp_path):
     env_budget = {"CALL_BUDGET_S": "20"}  # less than a section's 30 s floor: nothing runs
     env = {k: v for k, v in os.environ.items() if k != "OUT"} | {"OUT": str(tmp_path)} | env_budget

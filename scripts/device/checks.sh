@@ -14,7 +14,8 @@
 # Every section runs under its own time limit (a hung step cannot eat the call), writes its run
 # directories under $OUT/SECTION/ and its console to $OUT/SECTION.log, and adds one line to
 # $OUT/checks.md: the section, its exit status, its seconds and the command. The run directories
-# go back as one $OUT/runs.tgz (the device tool returns files, not trees); the table is printed last.
+# and the logs go back as one $OUT/runs.tgz (the device tool returns at most 8 files, not trees);
+# the table is printed last.
 # A call has 600 s. CALL_BUDGET_S (default 570) is this script's share of it: each section's limit
 # shrinks to what is left of that budget (less 10 s for the table and the tar), and a section with
 # under 30 s left is recorded as skipped, so the sections after a slow one cannot push the call
@@ -41,7 +42,7 @@
 #                      goal's four backends, in one call
 #   e2e-trace     300  `attnbench e2e --trace` on llama-3-8b, vllm-fa3 and FlashInfer (issue 21)
 #   triton-e2e    300  vllm-triton against vllm-fa3 in e2e on llama-3-8b, full, piecewise and decode graphs (issue 24)
-#   atlas         450  the 560-cell atlas of the measurements page, with the rule's new columns (issue 22)
+#   atlas         540  the 560-cell atlas of the measurements page, with the rule's new columns (issue 22)
 #   replays       510  chat-high, decode-heavy, prefix-heavy replayed for the rule's held-out check (issue 22);
 #                      then on the CPU: benchmarks/rule_loto.py ATLAS DECODE_HEAVY PREFIX_HEAVY CHAT_HIGH LONG --depth 6
 #   replay-long   240  the long-context sample trace (1,843 steps) replayed the same way (issue 22)
@@ -118,7 +119,7 @@ for section in "$@"; do
         run triton-e2e-$mode 150 $AB e2e --model llama-3-8b --backend vllm-triton,vllm-fa3 --cudagraph $mode \
           --input-len 512 --output-len 32 --batch-size 8 --chunk-size 2048 --out "$OUT/triton-e2e/$mode"
       done ;;
-    atlas) run atlas 450 timeout -s INT -k 80 $(( $(left 450) - 90 )) $AB atlas --heads 32 --gqa-group 4 --head-dim 128 --chunk 512 \
+    atlas) run atlas 540 timeout -s INT -k 80 $(( $(left 540) - 90 )) $AB atlas --heads 32 --gqa-group 4 --head-dim 128 --chunk 512 \
              --decode-share 0:1:5 --decode-context 512:16384:4 --tokens 1:1024:5 --prefill-context 0:8192:3 \
              --backend vllm-fa2,vllm-fa3,flashinfer,flashinfer-ba --strategy unified,split --mode graph --budget-ms 20 \
              --replicates 1 --max-cells 560 --out "$OUT/atlas/run" ;;
@@ -133,7 +134,9 @@ for section in "$@"; do
   esac
 done
 
-# the run directories as one file; logs, JSON and the table stay as they are
-find "$OUT" -mindepth 1 -maxdepth 1 -type d -printf '%f\n' | tar -C "$OUT" -czf "$OUT/runs.tgz" -T - \
-  && find "$OUT" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
+# the run directories and the sections' logs as one file beside the table: the device tool returns
+# at most 8 files from $OUT and leaves out the rest, runs.tgz too (2026-12-02: a call of 7 sections
+# wrote 8 logs and lost its runs that way)
+find "$OUT" -mindepth 1 -maxdepth 1 \( -type d -o -name '*.log' \) -printf '%f\n' | tar -C "$OUT" -czf "$OUT/runs.tgz" -T - \
+  && find "$OUT" -mindepth 1 -maxdepth 1 \( -type d -o -name '*.log' \) -exec rm -rf {} +
 echo; cat "$TABLE"
