@@ -1,9 +1,9 @@
 """Leave-one-trace-out: does a dispatch rule hold on a replayed trace it was not fitted on?
 
-    python3 benchmarks/rule_loto.py ATLAS REPLAY REPLAY [REPLAY ...] [--depth 6] [--min-leaf 0.05] [--draws 200]
+    python3 benchmarks/rule_loto.py ATLAS REPLAY REPLAY [REPLAY ...] [--depth 6] [--min-leaf 0.05] [--balance runs] [--draws 200]
 
 For each replay: fit `attnbench rule fit`'s tree (results/rule_fit.fit_tree, the same cells,
-weights and leaf choice) on the atlas and the other replays, choose every step of the held-out
+weights, balance and leaf choice) on the atlas and the other replays, choose every step of the held-out
 trace with it, and print the regret over the held-out trace's per-step oracle beside the best
 single choice, vLLM's default, FlashInfer's default and the per-step oracle itself. `--depth`
 takes several depths ("1,2,3,4,5"): one table each.
@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from attnbench.results.read import load_run  # noqa: E402
 from attnbench.results.rule_cells import read_cells  # noqa: E402
-from attnbench.results.rule_fit import MIN_LEAF, fit_tree, predict, regret, vllm_default  # noqa: E402
+from attnbench.results.rule_fit import BALANCE, BALANCES, MIN_LEAF, fit_tree, fit_weights, predict, regret, vllm_default  # noqa: E402
 from attnbench.results.rule_report import FLASHINFER_DEFAULT  # noqa: E402
 
 
@@ -74,11 +74,12 @@ def oracle_bias(noisy, times: pd.DataFrame, weights: pd.Series, draws: int, seed
 
 
 def held_out(atlas: Path, replays: list[Path], out: int, depth: int, min_leaf: float, draws: int, sigma: float,
-             seed: int) -> dict:
+             seed: int, balance: str = BALANCE) -> dict:
     """One held-out trace's totals (ms): rule, statics, oracle, noise-corrected oracle."""
     train = read_cells([atlas, *[r for i, r in enumerate(replays) if i != out]], None)
     test = read_cells([replays[out]], None)
-    tree, weighting = fit_tree(train.features, train.times, train.weights, depth, seed, min_leaf)
+    learn = fit_weights(train.times, train.weights, train.run_of, balance)
+    tree, weighting = fit_tree(train.features, train.times, learn, depth, seed, min_leaf)
     times, weights = test.times, test.weights
     rule_ms, oracle_ms, _ = regret(times, weights, predict(tree, test.features))
     statics = times.mul(weights, axis=0).sum()
@@ -92,6 +93,21 @@ def held_out(atlas: Path, replays: list[Path], out: int, depth: int, min_leaf: f
         totals["oracle, noise-corrected"] = oracle_ms + oracle_bias(noisy, times, weights, draws, seed)
     return {"trace": test.runs[0]["trace"] or str(replays[out]), "weighting": weighting, "totals": totals,
             "picks": predict(tree, test.features), "cells": test}
+
+
+GRID = [(depth, leaf, balance) for depth in (2, 3, 4, 6) for leaf in (0.0, 0.02, 0.05) for balance in BALANCES]
+
+
+def selected(atlas: Path, replays: list[Path], out: int, seed: int) -> tuple[tuple, float]:
+    """The (depth, min leaf, balance) of GRID whose mean regret, each of the other replays held out
+    in turn (fitted on the atlas and the rest), is lowest; the held-out trace is never looked at."""
+    inner = [r for i, r in enumerate(replays) if i != out]
+    scores = {}
+    for depth, leaf, balance in GRID:
+        totals = [held_out(atlas, inner, i, depth, leaf, 0, 0.0, seed, balance)["totals"] for i in range(len(inner))]
+        scores[(depth, leaf, balance)] = float(np.mean([(t["rule"] / t["oracle"] - 1) * 100 for t in totals]))
+    best = min(scores, key=scores.get)
+    return best, scores[best]
 
 
 def table(results: list[dict]) -> str:
@@ -120,12 +136,28 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=0, help="bootstrap draws for the noise-corrected oracle")
     parser.add_argument("--sigma", type=float, default=0.0,
                         help="draw each row as its median x exp(sigma x normal) in place of resampling its samples")
+    parser.add_argument("--balance", choices=list(BALANCES), default=BALANCE, help="rule fit's --balance")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--select", action="store_true",
+                        help="choose depth, min leaf and balance per held-out trace on the other replays alone "
+                             "(leave one out among them, GRID), then judge that choice on the held-out trace")
     args = parser.parse_args()
+    if args.select:
+        if len(args.replays) < 3:
+            parser.error("--select needs at least 3 replays: one held out, two to choose the settings on")
+        results = []
+        for i in range(len(args.replays)):
+            (depth, leaf, balance), inner = selected(args.atlas, args.replays, i, args.seed)
+            results.append(held_out(args.atlas, args.replays, i, depth, leaf, args.draws, args.sigma, args.seed, balance))
+            print(f"{args.replays[i]}: chose depth {depth}, min leaf {leaf:g}, balance {balance} "
+                  f"(mean regret {inner:.2f} % on the other replays, each held out)")
+        print("\n## settings chosen without the held-out trace\n")
+        print(table(results))
+        return
     for depth in (int(d) for d in args.depth.split(",")):
         results = [held_out(args.atlas, args.replays, i, depth, args.min_leaf, args.draws, args.sigma,
-                            args.seed) for i in range(len(args.replays))]
-        print(f"\n## depth {depth}, min leaf {args.min_leaf:g} (weightings kept: {', '.join(r['weighting'] for r in results)})\n")
+                            args.seed, args.balance) for i in range(len(args.replays))]
+        print(f"\n## depth {depth}, min leaf {args.min_leaf:g}, balance {args.balance} (weightings kept: {', '.join(r['weighting'] for r in results)})\n")
         print(table(results))
 
 

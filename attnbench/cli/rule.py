@@ -28,6 +28,10 @@ def fit(
     max_depth: Annotated[int, typer.Option(help="The tree's depth at most (1-8; shallow stays readable). Example: --max-depth 2")] = 6,
     min_leaf: Annotated[float, typer.Option(help="The least share of the cells' weight a leaf may stand for (0-0.5; "
                                                  "larger leaves hold on traces the fit did not see). Example: --min-leaf 0.1")] = 0.05,
+    balance: Annotated[str, typer.Option(help="How the runs weigh against each other in the fit: runs (every run's "
+                                              "cells together weigh the same in oracle time, so an atlas's long cells "
+                                              "do not outvote the replays) or steps (every cell what it stands for). "
+                                              "Regrets are reported on the steps either way. Example: --balance steps")] = "runs",
     folds: Annotated[int, typer.Option(help="Cross-validation folds over cells for the held-out regret (2-100). Example: --folds 10")] = 5,
     seed: Annotated[int, options.seed("the folds and the tree")] = 0,
     mode: Mode = None,
@@ -44,7 +48,7 @@ def fit(
     console = make_console()
     with user_errors(console):
         run_rule_fit(RuleFitArgs(runs=runs, out=out, max_depth=max_depth, min_leaf=min_leaf, folds=folds, seed=seed, mode=mode,
-                                 force=force), console)
+                                 force=force, balance=balance), console)
 
 
 @app.command("apply")

@@ -29,6 +29,12 @@ WEIGHTINGS = {
     "spread": "steps x (mean - best time): what an average mistake costs",
     "steps": "steps only (plain accuracy on what the cells stand for)",
 }
+# how the runs of a fit weigh against each other (`rule fit --balance`)
+BALANCES = {
+    "runs": "every run's cells together weigh the same in oracle time",
+    "steps": "every cell weighs what it stands for (a replay cell its steps, an atlas or sweep cell 1)",
+}
+BALANCE = "runs"
 MAX_DEPTH = 8  # deeper is no longer a rule a person reads
 # the least share of the fit's weight (of the kept weighting) a leaf may hold: a leaf that stands
 # for a few cells of one trace learns that trace, not the GPU (docs/guides/rule.md, "Held-out traces")
@@ -45,6 +51,29 @@ def check_min_leaf(min_leaf: float) -> float:
     if isinstance(min_leaf, bool) or not isinstance(min_leaf, (int, float)) or not 0 <= min_leaf <= 0.5:
         raise UsageError(f"--min-leaf: must be a share from 0 to 0.5 of the cells' weight, got {min_leaf}")
     return float(min_leaf)
+
+
+def check_balance(balance: str) -> str:
+    if balance not in BALANCES:
+        raise UsageError(f"--balance: must be one of {', '.join(BALANCES)}, got {balance!r}")
+    return balance
+
+
+def balanced(times: pd.DataFrame, weights: pd.Series, run_of: pd.Series) -> pd.Series:
+    """The weights, scaled per run so that every run's oracle time (its cells' weight x fastest
+    time, summed) is the same: the mean of the runs'. Why: an atlas or sweep cell weighs 1 and
+    stands for no workload, a replay cell weighs the steps it stands for, so unscaled the run with
+    the longest summed time (often the atlas, whose cells reach milliseconds) decides every split
+    and leaf, and a rule fitted on an atlas and replays learns the atlas."""
+    oracle = times.min(axis=1) * weights
+    per_run = oracle.groupby(run_of).sum()
+    per_run = per_run.where(per_run > 0, 1.0)
+    return weights * (per_run.mean() / run_of.map(per_run))
+
+
+def fit_weights(times: pd.DataFrame, weights: pd.Series, run_of: pd.Series, balance: str) -> pd.Series:
+    """The weights a fit learns from (BALANCES); regrets are always reported on `weights`."""
+    return balanced(times, weights, run_of) if check_balance(balance) == "runs" else weights
 
 
 def effective(times: pd.DataFrame) -> pd.DataFrame:

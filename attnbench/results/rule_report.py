@@ -17,7 +17,7 @@ import pandas as pd
 
 from attnbench.results.figures import CPU_MARK, is_cpu
 from attnbench.results.rule_cells import CONTEXT_COLUMNS, FEATURES, Cells
-from attnbench.results.rule_fit import WEIGHTINGS, regret, static_choices, tree_words, vllm_default
+from attnbench.results.rule_fit import BALANCES, WEIGHTINGS, regret, static_choices, tree_words, vllm_default
 
 FLASHINFER_DEFAULT = "flashinfer split"
 
@@ -126,7 +126,8 @@ def summary_md(tree: dict, cells: Cells, fit: dict, tables: dict[str, list[Line]
             f"{', '.join(r['path'] + ' (' + r['kind'] + ')' for r in cells.runs)}; GPU {', '.join(cells.gpus)}; "
             f"{', '.join(f'{b} {v}' for b, v in cells.libraries.items())}.\n\n"
             f"A decision tree of depth at most {fit['max_depth']}, each leaf standing for at least "
-            f"{fit.get('min_leaf', 0) * 100:g} % of the weight (kept weighting: {WEIGHTINGS[fit['weighting']]}), "
+            f"{fit.get('min_leaf', 0) * 100:g} % of the weight (kept weighting: {WEIGHTINGS[fit['weighting']]}; "
+            f"runs balanced by {fit.get('balance', 'steps')}: {BALANCES[fit.get('balance', 'steps')]}), "
             f"each leaf answering the choice with the lowest time over its cells. Regret: time over the per-cell "
             f"oracle's, in percent. \"rule, cross-validated\" chooses each cell with a tree fitted without it "
             f"({fit['folds']}-fold, seed {fit['seed']}); \"rule, fitted\" with the tree below, which saw every cell.\n\n"

@@ -18,8 +18,8 @@ from rich.console import Console
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.results.figures import CPU_MARK, is_cpu
 from attnbench.results.rule_cells import FEATURES, read_cells
-from attnbench.results.rule_fit import (MIN_LEAF, check_depth, check_min_leaf, check_tree, cross_validated, fit_tree,
-                                        predict, regret, tree_features)
+from attnbench.results.rule_fit import (BALANCE, MIN_LEAF, check_balance, check_depth, check_min_leaf, check_tree,
+                                        cross_validated, fit_tree, fit_weights, predict, regret, tree_features)
 from attnbench.results.rule_plot import plot_rule
 from attnbench.results.rule_report import (CPU_NOTE, dumps, lacking_note, regret_lines, rule_json, rule_py, scopes,
                                            summary_md, table_md)
@@ -41,11 +41,13 @@ class RuleFitArgs:
     seed: int = 0
     mode: str | None = None
     force: bool = False
+    balance: str = BALANCE
 
 
 def check_args(args: RuleFitArgs) -> None:
     check_depth(args.max_depth)
     check_min_leaf(args.min_leaf)
+    check_balance(args.balance)
     if isinstance(args.folds, bool) or not isinstance(args.folds, int) or not 2 <= args.folds <= MAX_FOLDS:
         raise UsageError(f"--folds: must be a whole number from 2 to {MAX_FOLDS}, got {args.folds}")
     if Path(args.out).is_symlink():
@@ -64,15 +66,16 @@ def run_rule_fit(args: RuleFitArgs, console: Console) -> Path:
     if len(cells.times) < 2:
         raise UsageError(f"RUN: the runs hold {len(cells.times)} cell; a rule needs at least 2 to be judged")
     features, times, weights = cells.features, cells.times, cells.weights
-    tree, weighting = fit_tree(features, times, weights, args.max_depth, args.seed, args.min_leaf)
-    draws = [cross_validated(features, times, weights, args.max_depth, args.folds, args.seed + i, args.min_leaf)
+    learn = fit_weights(times, weights, cells.run_of, args.balance)  # what the fit weighs; regrets use `weights`
+    tree, weighting = fit_tree(features, times, learn, args.max_depth, args.seed, args.min_leaf)
+    draws = [cross_validated(features, times, learn, args.max_depth, args.folds, args.seed + i, args.min_leaf)
              for i in range(DRAWS)]
     picks = {"rule, cross-validated": draws[0], "rule, fitted": predict(tree, features)}
     scoped = scopes(cells)
     tables = {name: regret_lines(cells, scope, picks) for name, scope in scoped.items()}
     spread = {name: [round(f(regret(times.loc[scope], weights.loc[scope], d.loc[scope])[2] for d in draws), 3)
                      for f in (min, max)] for name, scope in scoped.items()}
-    fit = {"max_depth": args.max_depth, "min_leaf": args.min_leaf, "weighting": weighting, "folds": min(args.folds, len(times)),
+    fit = {"max_depth": args.max_depth, "min_leaf": args.min_leaf, "balance": args.balance, "weighting": weighting, "folds": min(args.folds, len(times)),
            "seed": args.seed, "mode": cells.runs[0]["mode"], "cells": len(times), "draws": DRAWS,
            "cross_validated_range_pct": spread,
            "method": "scikit-learn DecisionTreeClassifier on the oracle label, cost-weighted, each leaf at least "
