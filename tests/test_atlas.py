@@ -184,3 +184,19 @@ def test_a_line_holding_several_crossovers_gets_one_margin_panel():
     lines = _lines(pd.DataFrame([base]), edges, ["tokens", "decode_share"])
     assert len(lines) == 2
     assert [fixed["decode_share"] for _, fixed in lines] == [1.0, 0.5]
+
+
+def test_a_map_promises_numbers_in_its_cells_only_when_it_writes_them(atlas_dir, tmp_path, monkeypatch):
+    """A map of more than MAX_LABELLED cells draws no times in them, so its caption does not say it does."""
+    from attnbench.results import atlas_plots
+
+    out, _ = atlas_dir
+    rows = gpu_like(pd.read_csv(out / "results.csv", dtype=str), 0.01)
+    cells = cell_table(rows, 8, cpu=False)
+    headings = {}
+    monkeypatch.setattr(atlas_plots, "finish", lambda fig, axes, heading, path, **_: headings.setdefault(path, heading))
+    for limit in (len(cells), len(cells) - 1):
+        monkeypatch.setattr(atlas_plots, "MAX_LABELLED", limit)
+        atlas_plots.map_figure(cells, "tokens", "decode_share", [], rows, tmp_path / f"map{limit}.png")
+    assert "number: the best time" in headings[tmp_path / f"map{len(cells)}.png"]
+    assert "number:" not in headings[tmp_path / f"map{len(cells) - 1}.png"]

@@ -41,3 +41,14 @@ def test_a_held_out_run_is_judged_on_its_own_cells(tmp_path):
     totals = result["totals"]
     assert totals["oracle"] <= totals["rule"] <= totals["vLLM default"] + 1e-9
     assert "| synthetic |" in table([result]).replace(".jsonl", "")
+
+
+def test_select_chooses_its_settings_without_the_held_out_trace(tmp_path):
+    """--select: the settings come from the other replays alone, so a held-out run that is not even
+    there cannot change them; the choice is one of GRID."""
+    from rule_loto import GRID, selected
+
+    runs = [write_run(tmp_path / name) for name in ("atlas", "a", "b")]
+    choice, inner = selected(runs[0], [*runs[1:], tmp_path / "never-read"], 2, seed=0)
+    assert choice in GRID and inner >= 0
+    assert selected(runs[0], [*runs[1:], runs[1]], 2, seed=0) == (choice, inner)

@@ -110,7 +110,7 @@ def map_figure(cells: pd.DataFrame, x: str, y: str, others: list[str], rows: pd.
                         label="tie (hatched)")
     heading = title(f"Winner by {x} and {y}", rows, settings_text(rows, [("dtype", ""), ("mode", "")]),
                     "colour: the fastest passing backend x strategy; shade: its margin (pale: second-best "
-                    "within a few %, full: 1.5x or more); number: the best time, ms")
+                    "within a few %, full: 1.5x or more)" + ("; number: the best time, ms" if labelled else ""))
     return finish(fig, axes, heading, path, markerscale=0.45)
 
 
