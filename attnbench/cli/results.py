@@ -26,7 +26,7 @@ from attnbench.cli.options import list_of
 from attnbench.console import make_console
 from attnbench.errors import UsageError
 
-VERDICT_STYLE = {"slower": "bold red", "faster": "green", "host-bound": "magenta", "same": "dim", "noisy": "yellow",
+VERDICT_STYLE = {"slower": "bold red", "faster": "green", "host-bound": "magenta", "clock-shifted": "magenta", "same": "dim", "noisy": "yellow",
                  "unjudged": "dim"}
 
 

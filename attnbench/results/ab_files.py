@@ -18,7 +18,7 @@ from attnbench.results.compare import BROKEN, by_verdict, env_differences, label
 from attnbench.results.paired import BASELINE, CANDIDATE, NEEDS_AT_MOST, RowRounds, rounds_needed
 from attnbench.results.read import KERNEL
 from attnbench.results.replicates import CONFIDENCE
-from attnbench.results.verdicts import VERDICTS
+from attnbench.results.verdicts import UNCOUNTED, VERDICTS
 
 CPU_NOTE = ("CPU timings: no verdict (a CPU shares its cores, caches and clock with the rest of the machine, and "
             "interleaving does not make that noise a gate's; run ab on a GPU); ratios and intervals are for reading only")
@@ -105,7 +105,7 @@ def regressed(frame: pd.DataFrame) -> bool:
 def counts_line(frame: pd.DataFrame, threshold: float, wall_s: float) -> str:
     """The verdicts, why rows stopped, and the run's wall time."""
     counts = ", ".join(f"{int((frame['verdict'] == v).sum())} {v}" for v in VERDICTS
-                       if v not in ("unjudged", "host-bound") or (frame["verdict"] == v).any())
+                       if v not in UNCOUNTED or (frame["verdict"] == v).any())
     stops = frame["stopped"].value_counts().to_dict()
     return (f"{len(frame)} rows: {counts} (threshold {threshold:.1%}, paired intervals {CONFIDENCE:.0%} over all looks); stopped: "
             + ", ".join(f"{n} {why}" for why, n in stops.items()) + f"; {wall_s:.0f} s")

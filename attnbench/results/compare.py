@@ -28,8 +28,8 @@ from attnbench.kernels.workload import LABEL, SweepPoint
 from attnbench.results.files import results_file
 from attnbench.results.read import KERNEL, MEASURED, ResultKind, canonical
 from attnbench.results.replicates import CONFIDENCE, MIN_REPLICATES, parse_times, welch_log_ratio
-from attnbench.results.verdicts import (CPU_NO_VERDICT, HOST_BOUND, HOST_BOUND_NOTE, VERDICTS, classify, host_bound,
-                                        on_cpu, supported)
+from attnbench.results.verdicts import (CLOCK_NOTE, CPU_NO_VERDICT, HOST_BOUND, HOST_BOUND_NOTE, UNCOUNTED, VERDICTS,
+                                        classify, clock_ratio, clock_shifted, host_bound, on_cpu, supported)
 from attnbench.results.schema import read_env
 
 RESAMPLES = 1000
@@ -141,6 +141,8 @@ class Comparison:
         if hosts:
             lines.append(f"{hosts} " + HOST_BOUND_NOTE.format(factor=HOST_BOUND, verdict=f"{self.count('host-bound')} "
                                                              "would have been slower or faster"))
+        if self.count("clock-shifted"):
+            lines.append(f"{self.count('clock-shifted')} {CLOCK_NOTE}")
         fallback = self.rows[self.rows["method"] != "replicates"]
         if not fallback.empty and self.unit == "ms":
             widened = "" if self.cpu else (", so their interval is widened to the two runs' own p10..p90 spread; "
@@ -183,12 +185,16 @@ def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float, key: l
         b, n = base_k.loc[k], new_k.loc[k]
         judged = supported(judge(b, n, threshold, kind.measure, kind.replicates), b, n, threshold, kind.measure,
                            kind.spread, cpu)
+        clock = clock_ratio(b, n)
         if k in hosts and judged["verdict"] in ("slower", "faster"):
             judged = {**judged, "verdict": "host-bound"}
+        elif clock_shifted(judged, clock, threshold):
+            judged = {**judged, "verdict": "clock-shifted"}
         records.append({**{c: n[c] for c in key}, "base_time": b[kind.measure], "new_time": n[kind.measure],
-                        **judged, "host_bound": k in hosts, "check": n["verdict"], "base_check": b["verdict"]})
-    rows = pd.DataFrame(records, columns=[*key, "base_time", "new_time", "ratio", "ci_low", "ci_high",
-                                          "method", "verdict", "host_bound", "check", "base_check"])
+                        **judged, "host_bound": k in hosts, "clock_ratio": clock, "check": n["verdict"],
+                        "base_check": b["verdict"]})
+    rows = pd.DataFrame(records, columns=[*key, "base_time", "new_time", "ratio", "ci_low", "ci_high", "method",
+                                          "verdict", "host_bound", "clock_ratio", "check", "base_check"])
     label_columns = varying(pd.concat([base, new]), key)
     rows["label"] = labels(rows, label_columns)
     rows = by_verdict(rows)
@@ -269,7 +275,7 @@ def env_differences(base_env: dict, new_env: dict) -> list[tuple[str, object, ob
 # ---- Markdown for a PR comment --------------------------------------------------------------------
 
 def summary_line(c: Comparison) -> str:
-    counts = ", ".join(f"{c.count(v)} {v}" for v in VERDICTS if v not in ("unjudged", "host-bound") or c.count(v))
+    counts = ", ".join(f"{c.count(v)} {v}" for v in VERDICTS if v not in UNCOUNTED or c.count(v))
     return f"{len(c.rows)} rows compared: {counts} (threshold {c.threshold:.1%}, {CONFIDENCE:.0%} intervals)"
 
 

@@ -11,6 +11,10 @@ apart than most changes a gate looks for, and no interval from the runs themselv
 For the same reason an eager kernel row that took much longer than its graph row in both runs
 (host_bound) is not called slower or faster but `host-bound`: its time is partly the host's. One
 that became so in one run only is judged as usual: its eager path changed against its kernel.
+And a row whose two runs ran at different SM clocks (the telemetry's median over the row) is called
+slower or faster only if the change stands both as measured and at equal clocks (its time scaled
+by the clocks' ratio, as a compute-bound kernel's time scales): a power-capped GPU moves its clock
+between runs, and a change the clock could have made alone is `clock-shifted`, shown, not judged.
 """
 
 from __future__ import annotations
@@ -19,12 +23,18 @@ import math
 
 import pandas as pd
 
-VERDICTS = ("slower", "faster", "host-bound", "noisy", "same", "unjudged")
+VERDICTS = ("slower", "faster", "host-bound", "clock-shifted", "noisy", "same", "unjudged")
+UNCOUNTED = ("unjudged", "host-bound", "clock-shifted")  # a summary names these only where a row has one
+CLOCK = "sm_clock_median_mhz"  # the telemetry's median SM clock over a row's timing
 HOST_BOUND = 1.25  # an eager kernel row at this many times its graph row or more: partly the host's time
 HOST_BOUND_NOTE = ("eager row(s) took {factor}x or more their graph row in both runs: their time is partly the "
                    "host launching the call, which moves between separate runs with the CPU's state, so their change "
                    "is shown, not judged ({verdict}); their graph rows judge the kernel, and `attnbench ab` "
                    "interleaves two versions in one run")
+CLOCK_NOTE = ("row(s) would have been slower or faster as measured and not at equal SM clocks (their time "
+              "scaled by the two runs' clock ratio on the row): the GPU's clock, not the code, may have moved them, "
+              "so their change is shown, not judged; `attnbench ab` interleaves two versions in one run, where "
+              "both sides see the same clocks")
 CPU_NO_VERDICT = ("CPU timings: no verdict (a CPU shares its cores, caches and clock with the rest of the machine, "
                   "so two runs of the same command differ by more than a gate can tell from a change; compare "
                   "GPU runs for a verdict); ratios are shown for reading only")
@@ -54,6 +64,26 @@ def host_bound(rows: pd.DataFrame, point: list[str], measure: str, canonical) ->
     graph = {i: t for i, mode, t in zip(ids, rows["mode"], rows[measure]) if mode == "graph"}
     return {label for label, i, mode, t in zip(rows.index, ids, rows["mode"], rows[measure])
             if mode == "eager" and graph.get(i, math.inf) * HOST_BOUND <= t}
+
+
+def clock_ratio(base: pd.Series, new: pd.Series) -> float:
+    """new / base of a row's median SM clock; NaN where either run lacks it (no telemetry, a CPU)."""
+    try:
+        ratio = float(new.get(CLOCK, math.nan)) / float(base.get(CLOCK, math.nan))
+    except (TypeError, ValueError, ZeroDivisionError):
+        return math.nan
+    return ratio if math.isfinite(ratio) and ratio > 0 else math.nan
+
+
+def clock_shifted(judged: dict, clock: float, threshold: float) -> bool:
+    """Whether a slower or faster verdict falls at equal clocks: the ratio and its interval times the
+    clock ratio (new / base) -- a compute-bound kernel's change with the clock taken out -- classify
+    otherwise. A memory-bound kernel does not scale with the SM clock; the verdict stands only where
+    it holds under both readings."""
+    if judged["verdict"] not in ("slower", "faster") or not math.isfinite(clock) or clock == 1.0:
+        return False
+    return classify(judged["ratio"] * clock, judged["ci_low"] * clock, judged["ci_high"] * clock,
+                    threshold) != judged["verdict"]
 
 
 def on_cpu(rows: pd.DataFrame, env: dict) -> bool:
