@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 import pytest
-from test_compare import replicated, write_run
+from test_compare import replicated, shown_not_judged, write_run
 
 from attnbench.results import compare
 from attnbench.results.verdicts import CLOCK, clock_ratio, clock_shifted
@@ -62,10 +62,5 @@ def test_the_clock_ratio_is_new_over_base_and_nan_where_unknown():
 def test_the_cli_passes_the_gate_names_the_rows_and_says_why(tmp_path, cli):
     base = write_run(tmp_path / "base", [row(0.730, 1785)])
     new = write_run(tmp_path / "new", [row(0.686, 1860, seed=4)])
-    result = cli("compare", base, new, "--threshold", "5%")
-    assert result.exit_code == 0, result.output
-    assert "0 slower, 0 faster, 1 clock-shifted" in result.output
-    assert "not at equal SM clocks" in " ".join(result.output.split())
-    md = tmp_path / "compare.md"
-    assert cli("compare", base, new, "--markdown", md).exit_code == 0
-    assert "| clock-shifted |" in md.read_text() and "**regression**" not in md.read_text()
+    shown_not_judged(cli, tmp_path, base, new, "0 slower, 0 faster, 1 clock-shifted", "not at equal SM clocks",
+                     "clock-shifted")

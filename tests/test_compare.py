@@ -317,3 +317,15 @@ def test_one_replicate_on_either_side_falls_back_to_the_samples():
     base, new = replicated([1.0, 1.01, 0.99]), replicated([1.005], n=30)
     result = compare.judge(pd.Series(base), pd.Series(new), 0.05)
     assert result["method"] == "bootstrap"
+
+
+def shown_not_judged(cli, tmp_path: Path, base: Path, new: Path, counts: str, note: str, verdict: str) -> None:
+    """compare of BASE and NEW passes the gate, prints `counts` and `note`, and its Markdown names the
+    row's `verdict` without calling a regression (host-bound and clock-shifted rows)."""
+    result = cli("compare", base, new, "--threshold", "5%")
+    assert result.exit_code == 0, result.output
+    assert counts in result.output
+    assert note in " ".join(result.output.split())
+    md = tmp_path / "compare.md"
+    assert cli("compare", base, new, "--markdown", md).exit_code == 0
+    assert f"| {verdict} |" in md.read_text() and "**regression**" not in md.read_text()
