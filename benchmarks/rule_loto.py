@@ -20,6 +20,7 @@ times were exact. Read, never written: the runs. Not a test.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -73,11 +74,17 @@ def oracle_bias(noisy, times: pd.DataFrame, weights: pd.Series, draws: int, seed
     return float(np.mean(gaps))
 
 
+@functools.lru_cache(maxsize=None)
+def cells_of(runs: tuple[Path, ...]):
+    """read_cells of these runs, read once per process (--select fits a few hundred trees on them)."""
+    return read_cells(list(runs), None)
+
+
 def held_out(atlas: Path, replays: list[Path], out: int, depth: int, min_leaf: float, draws: int, sigma: float,
              seed: int, balance: str = BALANCE) -> dict:
     """One held-out trace's totals (ms): rule, statics, oracle, noise-corrected oracle."""
-    train = read_cells([atlas, *[r for i, r in enumerate(replays) if i != out]], None)
-    test = read_cells([replays[out]], None)
+    train = cells_of((atlas, *[r for i, r in enumerate(replays) if i != out]))
+    test = cells_of((replays[out],))
     learn = fit_weights(train.times, train.weights, train.run_of, balance)
     tree, weighting = fit_tree(train.features, train.times, learn, depth, seed, min_leaf)
     times, weights = test.times, test.weights
