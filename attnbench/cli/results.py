@@ -44,7 +44,10 @@ def compare(
     replicate medians; a row without replicates in both runs has its interval widened to the two
     runs' own p10..p90 spread (one run's samples cannot see drift between runs); a row that stores
     no spread gets no verdict (-). CPU timings get no verdict at all (the output says why once):
-    identical CPU runs differ by more than a gate can tell from a change. e2e runs compare their
+    identical CPU runs differ by more than a gate can tell from a change. Two verdicts show a
+    change without judging it, and fail no gate: host-bound (an eager row at 1.25x its graph row or
+    more in both runs: partly the host's time) and clock-shifted (the change does not stand at
+    equal SM clocks, the runs' clocks on the row differing). e2e runs compare their
     p50 request latency. Find the threshold for your runner with `attnbench calibrate`. Two atlas
     runs (attnbench atlas) pair their cells: each choice judged per cell, moved winners listed.
 
