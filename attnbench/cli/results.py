@@ -26,8 +26,8 @@ from attnbench.cli.options import list_of
 from attnbench.console import make_console
 from attnbench.errors import UsageError
 
-VERDICT_STYLE = {"slower": "bold red", "faster": "green", "host-bound": "magenta", "clock-shifted": "magenta", "same": "dim", "noisy": "yellow",
-                 "unjudged": "dim"}
+VERDICT_STYLE = {"slower": "bold red", "faster": "green", "host-bound": "magenta", "clock-shifted": "magenta",
+                 "same": "dim", "noisy": "yellow", "unjudged": "dim"}
 
 
 def compare(

@@ -29,7 +29,7 @@ from attnbench.results.files import results_file
 from attnbench.results.read import KERNEL, MEASURED, ResultKind, canonical
 from attnbench.results.replicates import CONFIDENCE, MIN_REPLICATES, parse_times, welch_log_ratio
 from attnbench.results.verdicts import (CLOCK_NOTE, CPU_NO_VERDICT, HOST_BOUND, HOST_BOUND_NOTE, UNCOUNTED, VERDICTS,
-                                        classify, clock_ratio, clock_shifted, host_bound, on_cpu, supported)
+                                        classify, host_bound, on_cpu, supported)
 from attnbench.results.schema import read_env
 
 RESAMPLES = 1000
@@ -184,15 +184,9 @@ def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float, key: l
     for k in timed:
         b, n = base_k.loc[k], new_k.loc[k]
         judged = supported(judge(b, n, threshold, kind.measure, kind.replicates), b, n, threshold, kind.measure,
-                           kind.spread, cpu)
-        clock = clock_ratio(b, n)
-        if k in hosts and judged["verdict"] in ("slower", "faster"):
-            judged = {**judged, "verdict": "host-bound"}
-        elif clock_shifted(judged, clock, threshold):
-            judged = {**judged, "verdict": "clock-shifted"}
+                           kind.spread, cpu, host=k in hosts)
         records.append({**{c: n[c] for c in key}, "base_time": b[kind.measure], "new_time": n[kind.measure],
-                        **judged, "host_bound": k in hosts, "clock_ratio": clock, "check": n["verdict"],
-                        "base_check": b["verdict"]})
+                        **judged, "host_bound": k in hosts, "check": n["verdict"], "base_check": b["verdict"]})
     rows = pd.DataFrame(records, columns=[*key, "base_time", "new_time", "ratio", "ci_low", "ci_high", "method",
                                           "verdict", "host_bound", "clock_ratio", "check", "base_check"])
     label_columns = varying(pd.concat([base, new]), key)

@@ -119,15 +119,21 @@ def spread_interval(base: pd.Series, new: pd.Series, measure: str,
 
 
 def supported(judged: dict, base: pd.Series, new: pd.Series, threshold: float, measure: str,
-              columns: tuple[str, str], cpu: bool) -> dict:
-    """judge's result (compare.judge) with only the verdict the data supports (the module docstring)."""
+              columns: tuple[str, str], cpu: bool, host: bool = False) -> dict:
+    """judge's result (compare.judge) with only the verdict the data supports (the module docstring),
+    and the row's clock_ratio. host: the row is host-bound in both runs (host_bound)."""
+    clock = clock_ratio(base, new)
     if cpu:
-        return {**judged, "verdict": "unjudged"}
-    if judged["method"] == "replicates":
-        return judged
-    floor = spread_interval(base, new, measure, columns)
-    if floor is None:
-        return {**judged, "verdict": "unjudged"}
-    low, high = min(judged["ci_low"], floor[0]), max(judged["ci_high"], floor[1])
-    return {**judged, "ci_low": low, "ci_high": high, "method": "p10-p90",
-            "verdict": classify(judged["ratio"], low, high, threshold)}
+        return {**judged, "verdict": "unjudged", "clock_ratio": clock}
+    if judged["method"] != "replicates":
+        floor = spread_interval(base, new, measure, columns)
+        if floor is None:
+            return {**judged, "verdict": "unjudged", "clock_ratio": clock}
+        low, high = min(judged["ci_low"], floor[0]), max(judged["ci_high"], floor[1])
+        judged = {**judged, "ci_low": low, "ci_high": high, "method": "p10-p90",
+                  "verdict": classify(judged["ratio"], low, high, threshold)}
+    if host and judged["verdict"] in ("slower", "faster"):
+        return {**judged, "verdict": "host-bound", "clock_ratio": clock}
+    if clock_shifted(judged, clock, threshold):
+        return {**judged, "verdict": "clock-shifted", "clock_ratio": clock}
+    return {**judged, "clock_ratio": clock}
