@@ -3,9 +3,9 @@ it stands both as measured and at equal clocks (the time scaled by the clocks' r
 clock could have made alone is `clock-shifted`, shown, not judged, and fails no gate
 (results/verdicts.py).
 
-On the H200 two runs of the README's command, one after the other, put a 0.7 ms graph row 6 %
-apart with tight replicates while its median SM clock moved 4 % (docs/measurements/h200.md, "The
-README's main command with replicates that stop"); these tests plant that shape.
+On the H200 two runs of the README's command, one after the other, moved graph rows with tight
+replicates by about what their median SM clock moved (docs/measurements/h200.md, "The README's main
+command with replicates that stop"); these tests plant that shape.
 """
 
 from __future__ import annotations
