@@ -30,7 +30,9 @@
 #                      floor and transformers, each --engines variant, GEMV ways per shape (issue 24)
 #   readme        300  the README's main command twice, timed, and `attnbench compare` of the pair
 #                      (issue 23: <= 60 s with replicates that stop, A/A clean at its threshold)
-#   ab            560  benchmarks/ab_check.py: A/A and planted 3 % / 10 % under `attnbench ab` (issue 23)
+#   readme-again  300  the same, a second pair in the same call
+#   ab            560  benchmarks/ab_check.py: A/A and planted 3 % / 10 % under `attnbench ab` (issue 23);
+#                      PLANTED=3 plants 3 % only
 #   ab-1000       560  the same with kernel --budget-ms 1000 (a longer sampling window per round): whether
 #                      a row's per-round spread falls with it (benchmarks/ab_power.py on both runs' folders)
 #   replay-scale  545  benchmarks/replay_scale.py on a 10,000-step trace (issue 21); SIGINT at the limit,
@@ -46,6 +48,8 @@
 #   replays       510  chat-high, decode-heavy, prefix-heavy replayed for the rule's held-out check (issue 22);
 #                      then on the CPU: benchmarks/rule_loto.py ATLAS DECODE_HEAVY PREFIX_HEAVY CHAT_HIGH LONG --depth 6
 #   replay-long   240  the long-context sample trace (1,843 steps) replayed the same way (issue 22)
+#   replays-chat  340  chat-mid and chat-low replayed the same way: the rule's fifth and sixth held-out traces, the
+#                      chat traffic at 6 and 2 requests a second (issue 22)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:?set OUT to the folder whose files come back}"
@@ -60,6 +64,7 @@ AB="python3 -m attnbench"
 GPU_TESTS="${GPU_TESTS:-tests/test_gpu_kernels.py}"
 TABLE="$OUT/checks.md"
 CALL_BUDGET_S="${CALL_BUDGET_S:-570}"
+PLANTED="${PLANTED:-3,10}"  # the ab sections' planted regressions, % (PLANTED=3 runs A/A and 3 % only)
 [ -f "$TABLE" ] || printf '| section | exit | seconds | command |\n|---|---:|---:|---|\n' > "$TABLE"
 
 left() {  # left LIMIT_S: the limit, or what the call's budget has left for a section if that is less
@@ -82,12 +87,12 @@ run() {  # run SECTION LIMIT_S COMMAND...: the command under the limit, console 
   printf '| %s | %s | %s | `%s` |\n' "$section" "$rc" "$((SECONDS - started))" "$*" >> "$TABLE"
 }
 
-readme() {  # the main command twice (A, B), each timed, then their comparison
-  local dir="$OUT/readme"
+readme() {  # readme SECTION: the main command twice (A, B), each timed, then their comparison
+  local dir="$OUT/$1"
   for side in a b; do
-    run readme-$side 140 $AB kernel --heads 32 --dim 128 --out "$dir/$side"
+    run $1-$side 140 $AB kernel --heads 32 --dim 128 --out "$dir/$side"
   done
-  run readme-compare 60 $AB compare "$dir/a" "$dir/b"
+  run $1-compare 60 $AB compare "$dir/a" "$dir/b"
 }
 
 for section in "$@"; do
@@ -98,9 +103,10 @@ for section in "$@"; do
                run gpu-tests 420 python3 -m pytest -q -m gpu -p no:cacheprovider -rs $tests ;;
     floor) run floor 450 python3 benchmarks/e2e_floor.py --backend vllm-fa3 --hf-compile \
              --deadline-s $(( $(left 450) - 20 )) --out "$OUT/floor/floor.json" ;;
-    readme) readme ;;
-    ab) run ab 560 python3 benchmarks/ab_check.py --out "$OUT/ab/ab-check" ;;
-    ab-1000) run ab-1000 560 python3 benchmarks/ab_check.py --extra "--budget-ms 1000" --out "$OUT/ab-1000/ab-check" ;;
+    readme|readme-again) readme "$section" ;;
+    ab) run ab 560 python3 benchmarks/ab_check.py --planted "$PLANTED" --out "$OUT/ab/ab-check" ;;
+    ab-1000) run ab-1000 560 python3 benchmarks/ab_check.py --planted "$PLANTED" --extra "--budget-ms 1000" \
+               --out "$OUT/ab-1000/ab-check" ;;
     replay-scale|replay-scale-resume|replay-scale-buckets)
       scale="${SCALE_DIR:-/tmp/attnbench-replay-scale}"; resume=""; sample=500
       case "$section" in
@@ -127,6 +133,11 @@ for section in "$@"; do
       for t in chat-high:2 decode-heavy:3 prefix-heavy:3; do
         run replay-${t%%:*} 170 $AB replay scenarios/traces/${t%%:*}.jsonl --mode graph --budget-ms 5 --replicates 1 \
           --exact-sample 20 --bucket-ratio ${t##*:} --out "$OUT/replays/${t%%:*}"
+      done ;;
+    replays-chat)
+      for t in chat-mid.jsonl chat-low.jsonl.gz; do
+        run replay-${t%%.*} 170 $AB replay scenarios/traces/$t --mode graph --budget-ms 5 --replicates 1 \
+          --exact-sample 20 --bucket-ratio 2 --out "$OUT/replays-chat/${t%%.*}"
       done ;;
     replay-long) run replay-long-context 240 $AB replay scenarios/traces/long-context.jsonl.gz --mode graph --budget-ms 5 \
                    --replicates 1 --exact-sample 20 --bucket-ratio 3 --out "$OUT/replay-long/long-context" ;;
