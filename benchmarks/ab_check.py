@@ -80,9 +80,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", default=str(ROOT / "scenarios" / "seed-kernel-table.toml"))
     parser.add_argument("--flags", help="`attnbench kernel` flags instead of the scenario")
-    parser.add_argument("--extra", default="--budget-ms 100",
-                        help="more `attnbench kernel` flags for every run; the default caps a row's sampling per "
-                             "round (between-round noise dominates: benchmarks/ab_power.py)")
+    parser.add_argument("--extra", default="",
+                        help="more `attnbench kernel` flags for every run, e.g. \"--budget-ms 100\"; none by "
+                             "default: ab's own sampling window (1000 ms a row), whose rounds were quieter on the "
+                             "H200 than 100 ms ones (the measurements page)")
     parser.add_argument("--wrap", default="vllm-fa2", choices=sorted(PLANTED_CLASS))
     parser.add_argument("--threshold", default="2%")
     parser.add_argument("--planted", default="3,10", help="planted extra time, %% of each row's A/A baseline median")
