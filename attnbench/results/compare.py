@@ -28,8 +28,8 @@ from attnbench.kernels.workload import LABEL, SweepPoint
 from attnbench.results.files import results_file
 from attnbench.results.read import KERNEL, MEASURED, ResultKind, canonical
 from attnbench.results.replicates import CONFIDENCE, MIN_REPLICATES, parse_times, welch_log_ratio
-from attnbench.results.verdicts import (CLOCK_NOTE, CPU_NO_VERDICT, HOST_BOUND, HOST_BOUND_NOTE, UNCOUNTED, VERDICTS,
-                                        classify, host_bound, on_cpu, supported)
+from attnbench.results.verdicts import (CLOCK_NOTE, CPU_NO_VERDICT, GRAPH_TWIN_NOTE, HOST_BOUND, HOST_BOUND_NOTE,
+                                        UNCOUNTED, VERDICTS, classify, host_bound, on_cpu, supported)
 from attnbench.results.schema import read_env
 
 RESAMPLES = 1000
@@ -138,9 +138,13 @@ class Comparison:
             lines.append(f"{unjudged} row(s) store no spread (median only): no verdict, nothing says how noisy "
                          "they are")
         hosts = int(self.rows["host_bound"].sum())
+        moved = self.rows[~self.rows["host_bound"] & (self.rows["verdict"] == "host-bound")]
         if hosts:
-            lines.append(f"{hosts} " + HOST_BOUND_NOTE.format(factor=HOST_BOUND, verdict=f"{self.count('host-bound')} "
-                                                             "would have been slower or faster"))
+            judged = self.count("host-bound") - len(moved)
+            lines.append(f"{hosts} " + HOST_BOUND_NOTE.format(factor=HOST_BOUND, verdict=f"{judged} would have been "
+                                                             "slower or faster"))
+        if len(moved):
+            lines.append(f"{len(moved)} {GRAPH_TWIN_NOTE}")
         if self.count("clock-shifted"):
             lines.append(f"{self.count('clock-shifted')} {CLOCK_NOTE}")
         fallback = self.rows[self.rows["method"] != "replicates"]
@@ -177,18 +181,26 @@ def compare_runs(base: pd.DataFrame, new: pd.DataFrame, threshold: float, key: l
         raise UsageError("BASE and NEW have no configuration in common (rows match on "
                          + ", ".join(key) + ")")
     timed = [k for k in common if base_k.at[k, "verdict"] in MEASURED and new_k.at[k, "verdict"] in MEASURED]
-    hosts = set() if kind is not KERNEL or "mode" not in key else set.intersection(*(
-        host_bound(frame[frame["verdict"].isin(MEASURED)], [c for c in key if c != "mode"], kind.measure, canonical)
-        for frame in (base_k, new_k)))
-    records = []
-    for k in timed:
+    modes = kind is KERNEL and "mode" in key
+    point = [c for c in key if c != "mode"]
+    hosts = set() if not modes else set.intersection(*(
+        host_bound(frame[frame["verdict"].isin(MEASURED)], point, kind.measure, canonical) for frame in (base_k, new_k)))
+    mode = {k: str(new_k.at[k, "mode"]) if modes else "" for k in timed}
+    twin = {k: "|".join(canonical(new_k.at[k, c]) for c in point) for k in timed} if modes else {}
+    kernels, records = {}, []  # each point's graph row verdict: judged first, asked by the point's eager row
+    for k in sorted(timed, key=lambda k: mode[k] != "graph"):
         b, n = base_k.loc[k], new_k.loc[k]
+        kernel = kernels.get(twin[k]) if mode[k] == "eager" else None
         judged = supported(judge(b, n, threshold, kind.measure, kind.replicates), b, n, threshold, kind.measure,
-                           kind.spread, cpu, host=k in hosts)
-        records.append({**{c: n[c] for c in key}, "base_time": b[kind.measure], "new_time": n[kind.measure],
-                        **judged, "host_bound": k in hosts, "check": n["verdict"], "base_check": b["verdict"]})
+                           kind.spread, cpu, host=k in hosts, kernel=kernel)
+        if mode[k] == "graph":
+            kernels[twin[k]] = judged["verdict"]
+        records.append({**{c: n[c] for c in key}, "base_time": b[kind.measure], "new_time": n[kind.measure], **judged,
+                        "host_bound": k in hosts, "graph_verdict": kernel or "", "check": n["verdict"],
+                        "base_check": b["verdict"]})
     rows = pd.DataFrame(records, columns=[*key, "base_time", "new_time", "ratio", "ci_low", "ci_high", "method",
-                                          "verdict", "host_bound", "clock_ratio", "check", "base_check"])
+                                          "verdict", "host_bound", "graph_verdict", "clock_ratio", "check",
+                                          "base_check"])
     label_columns = varying(pd.concat([base, new]), key)
     rows["label"] = labels(rows, label_columns)
     rows = by_verdict(rows)

@@ -9,8 +9,10 @@ samples. A row that stores no spread at all gets no verdict. Neither do CPU timi
 its cores, caches and clock with everything else on the machine, so identical runs land further
 apart than most changes a gate looks for, and no interval from the runs themselves can tell.
 For the same reason an eager kernel row that took much longer than its graph row in both runs
-(host_bound) is not called slower or faster but `host-bound`: its time is partly the host's. One
-that became so in one run only is judged as usual: its eager path changed against its kernel.
+(host_bound), or that moved where its graph row (the same kernel, replayed from the device) did not
+move the same way, is not called slower or faster but `host-bound`: the part of an eager row's time
+that its graph row lacks is the host's, and it moves between separate runs of the same code with
+the CPU's state. A host-side change is therefore judged in one run, in turns (`attnbench ab`).
 And a row whose two runs ran at different SM clocks (the telemetry's median over the row) is called
 slower or faster only if the change stands both as measured and at equal clocks (its time scaled
 by the clocks' ratio, as a compute-bound kernel's time scales): a power-capped GPU moves its clock
@@ -31,6 +33,10 @@ HOST_BOUND_NOTE = ("eager row(s) took {factor}x or more their graph row in both 
                    "host launching the call, which moves between separate runs with the CPU's state, so their change "
                    "is shown, not judged ({verdict}); their graph rows judge the kernel, and `attnbench ab` "
                    "interleaves two versions in one run")
+GRAPH_TWIN_NOTE = ("eager row(s) would have been slower or faster where their graph row, the same kernel replayed "
+                   "from the device, was not: the change lies in the host's part of their time, which moves between "
+                   "separate runs with the CPU's state, so it is shown, not judged; `attnbench ab` judges a host-side "
+                   "change in one run")
 CLOCK_NOTE = ("row(s) would have been slower or faster as measured and not at equal SM clocks (their time "
               "scaled by the two runs' clock ratio on the row): the GPU's clock, not the code, may have moved them, "
               "so their change is shown, not judged; `attnbench ab` interleaves two versions in one run, where "
@@ -119,9 +125,10 @@ def spread_interval(base: pd.Series, new: pd.Series, measure: str,
 
 
 def supported(judged: dict, base: pd.Series, new: pd.Series, threshold: float, measure: str,
-              columns: tuple[str, str], cpu: bool, host: bool = False) -> dict:
+              columns: tuple[str, str], cpu: bool, host: bool = False, kernel: str | None = None) -> dict:
     """judge's result (compare.judge) with only the verdict the data supports (the module docstring),
-    and the row's clock_ratio. host: the row is host-bound in both runs (host_bound)."""
+    and the row's clock_ratio. host: the row is host-bound in both runs (host_bound); kernel: an eager
+    row's graph row verdict, where the comparison holds one."""
     clock = clock_ratio(base, new)
     if cpu:
         return {**judged, "verdict": "unjudged", "clock_ratio": clock}
@@ -132,7 +139,7 @@ def supported(judged: dict, base: pd.Series, new: pd.Series, threshold: float, m
         low, high = min(judged["ci_low"], floor[0]), max(judged["ci_high"], floor[1])
         judged = {**judged, "ci_low": low, "ci_high": high, "method": "p10-p90",
                   "verdict": classify(judged["ratio"], low, high, threshold)}
-    if host and judged["verdict"] in ("slower", "faster"):
+    if judged["verdict"] in ("slower", "faster") and (host or kernel not in (None, judged["verdict"])):
         return {**judged, "verdict": "host-bound", "clock_ratio": clock}
     if clock_shifted(judged, clock, threshold):
         return {**judged, "verdict": "clock-shifted", "clock_ratio": clock}
