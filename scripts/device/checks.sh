@@ -32,7 +32,7 @@
 #                      (issue 23: <= 60 s with replicates that stop, A/A clean at its threshold)
 #   readme-again  300  the same, a second pair in the same call
 #   ab            560  benchmarks/ab_check.py: A/A and planted 3 % / 10 % under `attnbench ab` at its own sampling
-#                      window (1000 ms a row) (issue 23); PLANTED=3 plants 3 % only
+#                      window (1000 ms a row) (issue 23); PLANTED=3 plants 3 % only, AB_ARGS adds ab_check flags
 #   ab-100        560  the same with kernel --budget-ms 100 (shorter, noisier rounds, more of them): run beside
 #                      `ab`, benchmarks/ab_power.py on each run's folder compares the per-round spreads
 #   replay-scale  545  benchmarks/replay_scale.py on a 10,000-step trace (issue 21); SIGINT at the limit,
@@ -65,6 +65,7 @@ GPU_TESTS="${GPU_TESTS:-tests/test_gpu_kernels.py}"
 TABLE="$OUT/checks.md"
 CALL_BUDGET_S="${CALL_BUDGET_S:-570}"
 PLANTED="${PLANTED:-3,10}"  # the ab sections' planted regressions, % (PLANTED=3 runs A/A and 3 % only)
+AB_ARGS="${AB_ARGS:-}"  # more ab_check.py flags for the ab sections, e.g. "--max-rounds 16 --budget-s 300"
 [ -f "$TABLE" ] || printf '| section | exit | seconds | command |\n|---|---:|---:|---|\n' > "$TABLE"
 
 left() {  # left LIMIT_S: the limit, or what the call's budget has left for a section if that is less
@@ -104,8 +105,8 @@ for section in "$@"; do
     floor) run floor 450 python3 benchmarks/e2e_floor.py --backend vllm-fa3 --hf-compile \
              --deadline-s $(( $(left 450) - 20 )) --out "$OUT/floor/floor.json" ;;
     readme|readme-again) readme "$section" ;;
-    ab) run ab 560 python3 benchmarks/ab_check.py --planted "$PLANTED" --out "$OUT/ab/ab-check" ;;
-    ab-100) run ab-100 560 python3 benchmarks/ab_check.py --planted "$PLANTED" --extra "--budget-ms 100" \
+    ab) run ab 560 python3 benchmarks/ab_check.py --planted "$PLANTED" $AB_ARGS --out "$OUT/ab/ab-check" ;;
+    ab-100) run ab-100 560 python3 benchmarks/ab_check.py --planted "$PLANTED" $AB_ARGS --extra "--budget-ms 100" \
               --out "$OUT/ab-100/ab-check" ;;
     replay-scale|replay-scale-resume|replay-scale-buckets)
       scale="${SCALE_DIR:-/tmp/attnbench-replay-scale}"; resume=""; sample=500
