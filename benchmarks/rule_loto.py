@@ -1,6 +1,6 @@
 """Leave-one-trace-out: does a dispatch rule hold on a replayed trace it was not fitted on?
 
-    python3 benchmarks/rule_loto.py ATLAS REPLAY REPLAY [REPLAY ...] [--depth 6] [--min-leaf 0.05] [--balance runs] [--draws 200]
+    python3 benchmarks/rule_loto.py ATLAS REPLAY REPLAY [REPLAY ...] [--depth 4] [--min-leaf 0] [--balance runs] [--draws 200]
 
 For each replay: fit `attnbench rule fit`'s tree (results/rule_fit.fit_tree, the same cells,
 weights, balance and leaf choice) on the atlas and the other replays, choose every step of the held-out
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from attnbench.results.read import load_run  # noqa: E402
 from attnbench.results.rule_cells import read_cells  # noqa: E402
-from attnbench.results.rule_fit import BALANCE, BALANCES, MIN_LEAF, fit_tree, fit_weights, predict, regret, vllm_default  # noqa: E402
+from attnbench.results.rule_fit import BALANCE, BALANCES, DEPTH, MIN_LEAF, fit_tree, fit_weights, predict, regret, vllm_default  # noqa: E402
 from attnbench.results.rule_report import FLASHINFER_DEFAULT  # noqa: E402
 
 
@@ -138,7 +138,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("atlas", type=Path)
     parser.add_argument("replays", type=Path, nargs="+")
-    parser.add_argument("--depth", default="6", help="comma-separated depths, e.g. 1,2,3,4,5")
+    parser.add_argument("--depth", default=str(DEPTH), help="comma-separated depths, e.g. 1,2,3,4,5")
     parser.add_argument("--min-leaf", type=float, default=MIN_LEAF, help="rule fit's --min-leaf")
     parser.add_argument("--draws", type=int, default=0, help="bootstrap draws for the noise-corrected oracle")
     parser.add_argument("--sigma", type=float, default=0.0,

@@ -1,6 +1,6 @@
 """`rule fit --min-leaf`: a leaf may not stand for less than its share of the weight, so one cell
-with its own winner cannot buy a leaf of its own (the leave-one-trace-out finding in
-docs/guides/rule.md); the default is recorded in rule.json; a bad share is one error line.
+with its own winner cannot buy a leaf of its own; by default there is no floor (docs/guides/rule.md,
+"Held-out traces"); the value is recorded in rule.json and summary.md; a bad share is one error line.
 """
 
 from __future__ import annotations
@@ -40,21 +40,28 @@ def test_without_a_minimum_the_lone_cell_gets_its_own_leaf():
     assert predict(tree, features).iloc[-1] == "b x" and (predict(tree, features).iloc[:-1] == "a x").all()
 
 
-def test_the_default_minimum_keeps_one_leaf_for_the_cells_that_agree():
+def test_a_minimum_keeps_one_leaf_for_the_cells_that_agree():
     features, times, weights = lone_winner()
-    assert 1 / len(features) < MIN_LEAF  # one cell is below the share a leaf needs
-    tree, _ = fit_tree(features, times, weights, max_depth=2, seed=0)
+    assert 1 / len(features) < 0.05  # one cell is below the share a leaf needs
+    tree, _ = fit_tree(features, times, weights, max_depth=2, seed=0, min_leaf=0.05)
     assert leaves(tree) == ["a x"]
+
+
+def test_by_default_there_is_no_floor():
+    features, times, weights = lone_winner()
+    assert MIN_LEAF == 0.0
+    assert predict(fit_tree(features, times, weights, max_depth=2, seed=0)[0], features).iloc[-1] == "b x"
 
 
 def test_the_fit_records_its_min_leaf(tmp_path):
     run = write_run(tmp_path / "run")
-    for flags, expected in (([], MIN_LEAF), (["--min-leaf", "0.2"], 0.2)):
+    for flags, expected, said in (([], MIN_LEAF, "no floor on a leaf's share of the weight"),
+                                  (["--min-leaf", "0.2"], 0.2, "at least 20 % of the weight")):
         out = tmp_path / f"rule{len(flags)}"
         result = invoke("rule", "fit", run, "--out", out, "--max-depth", "2", *flags)
         assert result.exit_code == 0, result.output
         assert json.loads((out / "rule.json").read_text())["fit"]["min_leaf"] == expected
-        assert f"at least {expected * 100:g} % of the weight" in (out / "summary.md").read_text()
+        assert said in (out / "summary.md").read_text()
 
 
 @pytest.mark.parametrize("value", ["-0.1", "0.6", "x", "nan", "inf"])

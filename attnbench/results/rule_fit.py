@@ -36,9 +36,10 @@ BALANCES = {
 }
 BALANCE = "runs"
 MAX_DEPTH = 8  # deeper is no longer a rule a person reads
-# the least share of the fit's weight (of the kept weighting) a leaf may hold: a leaf that stands
-# for a few cells of one trace learns that trace, not the GPU (docs/guides/rule.md, "Held-out traces")
-MIN_LEAF = 0.05
+DEPTH = 4  # rule fit's default depth (docs/guides/rule.md, "Held-out traces": the H200's held-out tables)
+# the least share of the fit's weight (of the kept weighting) a leaf may hold; none by default: fitted
+# on an atlas and several replays, a floor cost more held out than it saved (docs/guides/rule.md)
+MIN_LEAF = 0.0
 
 
 def check_depth(max_depth: int) -> int:

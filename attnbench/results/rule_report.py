@@ -125,8 +125,10 @@ def summary_md(tree: dict, cells: Cells, fit: dict, tables: dict[str, list[Line]
     text = (f"# Dispatch rule\n\n{cpu}Fitted on {len(cells.times)} cell(s) ({fit['mode']} mode) of "
             f"{', '.join(r['path'] + ' (' + r['kind'] + ')' for r in cells.runs)}; GPU {', '.join(cells.gpus)}; "
             f"{', '.join(f'{b} {v}' for b, v in cells.libraries.items())}.\n\n"
-            f"A decision tree of depth at most {fit['max_depth']}, each leaf standing for at least "
-            f"{fit.get('min_leaf', 0) * 100:g} % of the weight (kept weighting: {WEIGHTINGS[fit['weighting']]}; "
+            f"A decision tree of depth at most {fit['max_depth']}, "
+            + (f"each leaf standing for at least {fit['min_leaf'] * 100:g} % of the weight"
+               if fit.get("min_leaf") else "no floor on a leaf's share of the weight")
+            + f" (kept weighting: {WEIGHTINGS[fit['weighting']]}; "
             f"runs balanced by {fit.get('balance', 'steps')}: {BALANCES[fit.get('balance', 'steps')]}), "
             f"each leaf answering the choice with the lowest time over its cells. Regret: time over the per-cell "
             f"oracle's, in percent. \"rule, cross-validated\" chooses each cell with a tree fitted without it "

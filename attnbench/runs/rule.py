@@ -18,7 +18,7 @@ from rich.console import Console
 from attnbench.errors import AttnbenchError, UsageError
 from attnbench.results.figures import CPU_MARK, is_cpu
 from attnbench.results.rule_cells import FEATURES, read_cells
-from attnbench.results.rule_fit import (BALANCE, MIN_LEAF, check_balance, check_depth, check_min_leaf, check_tree,
+from attnbench.results.rule_fit import (BALANCE, DEPTH, MIN_LEAF, check_balance, check_depth, check_min_leaf, check_tree,
                                         cross_validated, fit_tree, fit_weights, predict, regret, tree_features)
 from attnbench.results.rule_plot import plot_rule
 from attnbench.results.rule_report import (CPU_NOTE, dumps, lacking_note, regret_lines, rule_json, rule_py, scopes,
@@ -35,7 +35,7 @@ class RuleFitArgs:
 
     runs: list[Path]
     out: Path
-    max_depth: int = 6
+    max_depth: int = DEPTH
     min_leaf: float = MIN_LEAF
     folds: int = 5
     seed: int = 0

@@ -1,0 +1,55 @@
+"""results/examples/h200-rule, the H200 dispatch rule the docs point to: rule.json reads as a rule,
+and its rule.py runs alone (standard library only) and agrees with rule.json's tree on steps of
+every size the fit saw (a seeded draw; CPU, a second)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_rule import run_alone
+
+from attnbench.results.rule_cells import feature_values
+
+pytest.importorskip("sklearn", reason="rule fit needs scikit-learn (the `rule` extra)")
+
+from attnbench.results.rule_fit import predict  # noqa: E402
+from attnbench.runs.rule import read_rule  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "results" / "examples" / "h200-rule"
+
+
+def steps(count: int, seed: int = 0) -> list[dict]:
+    """Steps of 0-64 decode rows on 1-40,000 KV tokens and 0-3 prefill chunks of 1-2,048 tokens."""
+    rng = random.Random(seed)
+    drawn = []
+    for _ in range(count):
+        chunks = rng.randint(0 if rng.random() < 0.5 else 1, 3)
+        decode = rng.randint(0 if chunks else 1, 64)
+        query = [rng.randint(1, 2048) for _ in range(chunks)]
+        drawn.append({"decode_kv_lens": [rng.randint(1, 40_000) for _ in range(decode)], "prefill_query_lens": query,
+                      "prefill_kv_lens": [q + rng.choice([0, rng.randint(1, 16_384)]) for q in query]})
+    return drawn
+
+
+def features(step: dict) -> dict:
+    decode, query, kv = step["decode_kv_lens"], step["prefill_query_lens"], step["prefill_kv_lens"]
+    lengths = decode + kv
+    return feature_values(len(decode), len(decode) + sum(query), len(lengths), sum(lengths), max(lengths),
+                          32, 8, 128, decode_kv=sum(decode), max_prefill_query=max(query, default=0))
+
+
+def test_the_example_rule_reads_and_names_where_it_holds():
+    rule = read_rule(EXAMPLE)
+    assert rule["gpu"] == ["NVIDIA H200"] and rule["fit"]["max_depth"] == 4
+    assert set(rule["library_versions"]) >= {"vllm-fa3", "flashinfer"}
+
+
+def test_rule_py_runs_alone_and_agrees_with_rule_json(tmp_path):
+    drawn = steps(400)
+    exported = run_alone(EXAMPLE / "rule.py", drawn, tmp_path)
+    expected = predict(read_rule(EXAMPLE)["tree"], pd.DataFrame([features(s) for s in drawn]))
+    assert exported == list(expected)
+    assert len(set(exported)) >= 4  # the draw reaches several leaves, not one
