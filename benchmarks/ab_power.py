@@ -43,9 +43,8 @@ from attnbench.results.paired import RowRounds, enough, look_confidence, looks  
 POINT = ["kind", "num_tokens", "num_heads", "num_kv_heads", "head_dim"]
 ROW = POINT + ["strategy"]
 # (label, --min-rounds, --max-rounds, --budget-s of rounds[, "moderated"]), all at the runs' own --budget-ms:
-# a row's per-round spread depends on its sampling window (2026-12-02, the H200 measurements page: the
-# same 18 rows, one machine, 2.98 % a row at --budget-ms 100 against 2.10 % at 1000), so a window the
-# runs did not sample at is not simulated
+# a row's per-round spread depends on its sampling window (the H200 measurements page, "`attnbench ab`:
+# interleaved A/B at 2 %"), so a window the runs did not sample at is not simulated
 SETTINGS = [  # the first: the rule of the first issue 23 run (Bonferroni over every round from 3)
     ("issue 23 rule: every round 3..12 at 1-0.05/10; 45 s", 0, 12, 45),
     ("looks at 4, 8, 12; 45 s", 4, 12, 45),
@@ -190,7 +189,9 @@ def main() -> None:
         raise SystemExit(f"the runs sampled at different --budget-ms ({', '.join(f'{b:g}' for b in sorted(budgets))}): "
                          "a row's per-round spread depends on it; give one setting's runs")
     budget_ms = budgets.pop()
-    points = pd.concat([windows(run) for run in runs])
+    per_run = [windows(run) for run in runs]
+    points = pd.concat(per_run)
+    cost = sum(round_cost(one, budget_ms) for one in per_run) / len(runs)  # s a round, the same for every setting
     per_round = len(runs) * points["round"].nunique()
     print(f"{len(runs)} runs; per round (mean over {per_round}): setup {points['setup'].sum() / per_round:.1f} s, "
           f"sampling {points['sampling'].sum() / per_round:.1f} s, of which rows that hit --budget-ms "
@@ -205,7 +206,6 @@ def main() -> None:
     print(f"\n{'setting':62} {'s/round':>7} {'rounds':>6} {'wall s':>6} {'A/A false':>9} {'3% caught':>9} "
           f"{'10% caught':>10} {'rounds used 3%':>14}")
     for number, setting in enumerate(SETTINGS):
-        cost = sum(round_cost(windows(run), budget_ms) for run in runs) / len(runs)
         fit = setting[3] / cost  # rounds that fit the budget; the last one partly
         wall = args.start_s + min(fit, setting[2]) * cost
         rule = (lambda shift, seed: moderated(noise, shift, looks(setting[1], setting[2]), fit, args.runs, seed)) \

@@ -129,18 +129,18 @@ def supported(judged: dict, base: pd.Series, new: pd.Series, threshold: float, m
     """judge's result (compare.judge) with only the verdict the data supports (the module docstring),
     and the row's clock_ratio. host: the row is host-bound in both runs (host_bound); kernel: an eager
     row's graph row verdict, where the comparison holds one."""
-    clock = clock_ratio(base, new)
+    judged = {**judged, "clock_ratio": clock_ratio(base, new)}
     if cpu:
-        return {**judged, "verdict": "unjudged", "clock_ratio": clock}
+        return {**judged, "verdict": "unjudged"}
     if judged["method"] != "replicates":
         floor = spread_interval(base, new, measure, columns)
         if floor is None:
-            return {**judged, "verdict": "unjudged", "clock_ratio": clock}
+            return {**judged, "verdict": "unjudged"}
         low, high = min(judged["ci_low"], floor[0]), max(judged["ci_high"], floor[1])
         judged = {**judged, "ci_low": low, "ci_high": high, "method": "p10-p90",
                   "verdict": classify(judged["ratio"], low, high, threshold)}
     if judged["verdict"] in ("slower", "faster") and (host or kernel not in (None, judged["verdict"])):
-        return {**judged, "verdict": "host-bound", "clock_ratio": clock}
-    if clock_shifted(judged, clock, threshold):
-        return {**judged, "verdict": "clock-shifted", "clock_ratio": clock}
-    return {**judged, "clock_ratio": clock}
+        return {**judged, "verdict": "host-bound"}
+    if clock_shifted(judged, judged["clock_ratio"], threshold):
+        return {**judged, "verdict": "clock-shifted"}
+    return judged
