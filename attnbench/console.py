@@ -20,9 +20,10 @@ from rich.table import Table
 
 
 def make_console(stderr: bool = False) -> Console:
-    """A rich console; when the output is a pipe or a file (CI logs), wide enough for the tables."""
+    """A rich console; when the output is a pipe or a file (CI logs), wide enough for the tables. No
+    emoji: what it prints holds the user's values (`uniform:100:400` would print with a picture)."""
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if stream.isatty() else 160)
+    return Console(stderr=stderr, width=None if stream.isatty() else 160, emoji=False)
 
 
 def _slug(name: str) -> str:

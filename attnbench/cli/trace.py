@@ -134,7 +134,7 @@ def convert(
 NumRequests = Annotated[int, typer.Option(help="How many requests to draw. Example: --num-requests 500")]
 Rate = Annotated[float, typer.Option(help="Poisson arrival rate, requests per second (0: all at once). Example: --rate 8")]
 InputLen = Annotated[str, typer.Option(help="Prompt lengths: N, uniform:LOW:HIGH or lognormal:MEDIAN:SIGMA. Example: --input-len lognormal:600:0.8")]
-OutputLen = Annotated[str, typer.Option(help="Output lengths, as --input-len. Example: --output-len uniform:100:400")]
+OutputLen = Annotated[str, typer.Option(help="Output lengths, as --input-len. Example: --output-len uniform:64:400")]
 PrefixLen = Annotated[int, typer.Option(help="Prompt tokens a prefix cache holds (a shared system prompt) for --prefix-share of the requests. Example: --prefix-len 1024")]
 PrefixShare = Annotated[float, typer.Option(help="Share of requests that start with the cached prefix, 0 to 1. Example: --prefix-share 0.8")]
 Seed = Annotated[int, typer.Option(help="Seed of the request generator. Example: --seed 1")]
