@@ -182,3 +182,15 @@ def test_apply_sampled_needs_sampled_steps(tmp_path):
     result = invoke("rule", "apply", out, tmp_path / "run", "--sampled")
     assert result.exit_code != 0 and "holds no sampled step rows (replay it with --exact-sample N)" in result.output
     assert "Traceback" not in result.output
+
+
+def test_apply_says_when_the_rows_ran_elsewhere_or_on_other_library_versions(tmp_path):
+    _, out = fitted(tmp_path)  # the synthetic rows: every backend at the template row's version, on an H200
+    same = invoke("rule", "apply", out, write_run(tmp_path / "same"))
+    assert same.exit_code == 0, same.output
+    assert "note:" not in same.stdout
+    moved = invoke("rule", "apply", out, write_run(tmp_path / "moved", gpu="NVIDIA B200", library_version="0.99.0"))
+    assert moved.exit_code == 0, moved.output
+    text = " ".join(moved.stdout.split())
+    assert "fitted on NVIDIA H200, these rows ran on NVIDIA B200" in text
+    assert "library versions differ: flashinfer 0.24.0 (the rule) against 0.99.0 (these rows)" in text

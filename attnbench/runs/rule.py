@@ -135,6 +135,21 @@ def run_rule_apply(rule_dir: Path, runs: list[Path], mode: str | None, console: 
     for scope, index in scopes(cells).items():
         console.print(f"## Regret: {scope}\n")
         console.print(table_md(regret_lines(cells, index, picks)), markup=False)
-    if sorted(cells.gpus) != sorted(record.get("gpu") or []):
-        console.print(f"note: the rule was fitted on {', '.join(record.get('gpu') or ['an unrecorded GPU'])}, "
-                      f"these rows ran on {', '.join(cells.gpus)}")
+    for note in provenance_notes(record, cells.gpus, cells.libraries):
+        console.print(f"note: {note}", markup=False)
+
+
+def provenance_notes(record: dict, gpus: list[str], libraries: dict[str, str]) -> list[str]:
+    """Where the rows ran on another GPU or another version of a library than the rule was fitted on:
+    its choices were measured there, not here."""
+    notes = []
+    if sorted(gpus) != sorted(record.get("gpu") or []):
+        notes.append(f"the rule was fitted on {', '.join(record.get('gpu') or ['an unrecorded GPU'])}, "
+                     f"these rows ran on {', '.join(gpus)}")
+    fitted = record.get("library_versions") or {}
+    moved = [f"{backend} {fitted[backend]} (the rule) against {version} (these rows)"
+             for backend, version in sorted(libraries.items()) if backend in fitted and fitted[backend] != version]
+    if moved:
+        notes.append(f"library versions differ: {'; '.join(moved)}; fit the rule again on rows of these versions "
+                     "before using it with them")
+    return notes
