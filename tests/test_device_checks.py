@@ -28,8 +28,19 @@ def test_it_parses_and_lists_its_sections_without_arguments(tmp_path):
     listed = run(out=tmp_path)
     assert listed.returncode == 2
     for section in ("doctor", "gpu-tests", "floor", "readme", "readme-again", "ab", "ab-100", "replay-scale",
-                    "e2e-trace", "atlas", "replays", "replays-chat"):
+                    "e2e-trace", "atlas", "replays", "replays-chat", "replays-more"):
         assert f"#   {section} " in listed.stdout, section
+
+
+def test_every_trace_a_replay_section_names_is_in_the_repository():
+    """The replay sections loop over `for t in NAME[.EXT][:RATIO] ...` (no extension: .jsonl)."""
+    import re
+
+    traces = SCRIPT.parent.parent.parent / "scenarios" / "traces"
+    named = [token.split(":")[0] for loop in re.findall(r"for t in ([^;$]+);", SCRIPT.read_text()) for token in loop.split()]
+    assert len(named) >= 8
+    missing = [n for n in named if not (traces / (n if "." in n else f"{n}.jsonl")).is_file()]
+    assert missing == []
 
 
 def test_it_needs_out(tmp_path):

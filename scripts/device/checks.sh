@@ -50,6 +50,9 @@
 #   replay-long   240  the long-context sample trace (1,843 steps) replayed the same way (issue 22)
 #   replays-chat  340  chat-mid and chat-low replayed the same way: the rule's fifth and sixth held-out traces, the
 #                      chat traffic at 6 and 2 requests a second (issue 22)
+#   replays-more  510  spec-decode, prefix-low and long-mid replayed the same way: three more kinds of traffic
+#                      (speculative decoding, the prefix trace at a third of the load, prompts between
+#                      decode-heavy's and long-context's) for the rule's held-out check (issue 22)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:?set OUT to the folder whose files come back}"
@@ -139,6 +142,12 @@ for section in "$@"; do
       for t in chat-mid.jsonl chat-low.jsonl.gz; do
         run replay-${t%%.*} 170 $AB replay scenarios/traces/$t --mode graph --budget-ms 5 --replicates 1 \
           --exact-sample 20 --bucket-ratio 2 --out "$OUT/replays-chat/${t%%.*}"
+      done ;;
+    replays-more)
+      for t in spec-decode.jsonl:2 prefix-low.jsonl.gz:3 long-mid.jsonl.gz:3; do
+        name=${t%%.*}
+        run replay-$name 170 $AB replay scenarios/traces/${t%%:*} --mode graph --budget-ms 5 --replicates 1 \
+          --exact-sample 20 --bucket-ratio ${t##*:} --out "$OUT/replays-more/$name"
       done ;;
     replay-long) run replay-long-context 240 $AB replay scenarios/traces/long-context.jsonl.gz --mode graph --budget-ms 5 \
                    --replicates 1 --exact-sample 20 --bucket-ratio 3 --out "$OUT/replay-long/long-context" ;;
