@@ -62,7 +62,8 @@ def run_alone(rule_py, cells: list[dict], cwd) -> list[str]:
     """choose() of rule.py on each cell's lengths, in `python -I` that never imports attnbench."""
     script = ("import json, runpy, sys\nchoose = runpy.run_path(sys.argv[1])['choose']\n"
               "print(json.dumps([list(choose(c['decode_kv_lens'], c['prefill_query_lens'], c['prefill_kv_lens'], "
-              "c.get('num_heads', 32), c.get('num_kv_heads', 8), c.get('head_dim', 128))) for c in json.loads(sys.argv[2])]))\n"
+              "c.get('num_heads', 32), c.get('num_kv_heads', 8), c.get('head_dim', 128), c.get('draft_tokens', 0))) "
+              "for c in json.loads(sys.argv[2])]))\n"
               "assert not any(name.startswith('attnbench') for name in sys.modules)\n")
     done = subprocess.run([sys.executable, "-I", "-c", script, str(rule_py), json.dumps(cells)],
                           capture_output=True, text=True, cwd=cwd, timeout=60)

@@ -35,9 +35,11 @@ def steps(count: int, seed: int = 0) -> list[dict]:
 
 
 def features(step: dict) -> dict:
+    """FEATURES as a run's rows give them: the batch's query tokens include every decode row's drafts."""
     decode, query, kv = step["decode_kv_lens"], step["prefill_query_lens"], step["prefill_kv_lens"]
     lengths = decode + kv
-    return feature_values(len(decode), len(decode) + sum(query), len(lengths), sum(lengths), max(lengths),
+    query_tokens = len(decode) + step.get("draft_tokens", 0) + sum(query)
+    return feature_values(len(decode), query_tokens, len(lengths), sum(lengths), max(lengths),
                           32, 8, 128, decode_kv=sum(decode), max_prefill_query=max(query, default=0))
 
 
@@ -53,3 +55,19 @@ def test_rule_py_runs_alone_and_agrees_with_rule_json(tmp_path):
     expected = predict(read_rule(EXAMPLE)["tree"], pd.DataFrame([features(s) for s in drawn]))
     assert exported == list(expected)
     assert len(set(exported)) >= 4  # the draw reaches several leaves, not one
+
+
+def test_rule_py_counts_speculative_drafts_as_the_rows_do(tmp_path):
+    """Decode rows of 1 + k query tokens (k = 1-4 drafts each, all accepted): rule.py given the step's
+    draft_tokens chooses what the tree chooses on the features a replay's rows carry for that step."""
+    rng = random.Random(1)
+    drawn = []
+    for step in steps(200, seed=2):  # one argv string: 400 steps of this draw pass 128 KiB
+        if step["decode_kv_lens"]:
+            step["draft_tokens"] = rng.randint(1, 4) * len(step["decode_kv_lens"])
+        drawn.append(step)
+    exported = run_alone(EXAMPLE / "rule.py", drawn, tmp_path)
+    expected = predict(read_rule(EXAMPLE)["tree"], pd.DataFrame([features(s) for s in drawn]))
+    assert exported == list(expected)
+    without = run_alone(EXAMPLE / "rule.py", [{**s, "draft_tokens": 0} for s in drawn], tmp_path)
+    assert without != exported  # the drafts move steps across the tree's splits: leaving them out is not harmless

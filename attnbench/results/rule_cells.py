@@ -26,11 +26,12 @@ from attnbench.results.atlas_cells import CELL_COLUMNS
 from attnbench.results.read import load_run
 from attnbench.results.replay import read_steps
 
-# name -> meaning; decode rows count one query token each (a speculative row's drafts are not told
-# apart: the rows carry the batch's totals, not each row's query length)
+# name -> meaning; a decode row counts one query token, and a speculative row's drafts count with
+# prefill_tokens (the rows carry the batch's totals, not each row's query length; rule.py's
+# draft_tokens argument counts them the same way)
 FEATURES = {
     "decode_rows": "decode rows (sequences sent to the decode kernel by split)",
-    "prefill_tokens": "query tokens of the other rows (prefill chunks)",
+    "prefill_tokens": "query tokens of the other rows (prefill chunks), plus speculative drafts",
     "decode_share": "decode rows over all query tokens",
     "num_seqs": "sequences in the step",
     "total_kv_tokens": "KV tokens of every sequence, summed",

@@ -1,15 +1,17 @@
 """A dispatch rule fitted by `attnbench rule fit` (max depth 4, graph mode).
 
 Holds for GPU NVIDIA H200 with vllm-fa2 0.24.0, vllm-fa3 0.24.0, flashinfer 0.6.6, flashinfer-ba 0.6.6.
-Standard library only: paste `choose` into a serving engine. Decode rows count one query token each.
+Standard library only: paste `choose` into a serving engine.
 """
 
 
-def choose(decode_kv_lens, prefill_query_lens, prefill_kv_lens, num_heads, num_kv_heads, head_dim):
+def choose(decode_kv_lens, prefill_query_lens, prefill_kv_lens, num_heads, num_kv_heads, head_dim, draft_tokens=0):
     """(backend, strategy) for one step: its decode rows' KV lengths, its prefill chunks' query and
-    KV lengths, and the attention shape."""
+    KV lengths, and the attention shape. With speculative decoding, draft_tokens is the step's draft
+    tokens summed over its decode rows (each row's query tokens beyond its first): the rows the rule
+    was fitted on count them with the prefill tokens, and so does this function."""
     decode_rows = len(decode_kv_lens)
-    prefill_tokens = sum(prefill_query_lens)
+    prefill_tokens = sum(prefill_query_lens) + draft_tokens
     query_tokens = decode_rows + prefill_tokens
     kv_lens = list(decode_kv_lens) + list(prefill_kv_lens)
     num_seqs = len(kv_lens)
