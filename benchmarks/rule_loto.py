@@ -1,6 +1,6 @@
 """Leave-one-trace-out: does a dispatch rule hold on a replayed trace it was not fitted on?
 
-    python3 benchmarks/rule_loto.py ATLAS REPLAY REPLAY [REPLAY ...] [--depth 4] [--min-leaf 0] [--balance runs] [--draws 200]
+    python3 benchmarks/rule_loto.py ATLAS REPLAY REPLAY [REPLAY ...] [--depth 4] [--min-leaf 0] [--balance runs] [--draws 200] [--losses]
 
 For each replay: fit `attnbench rule fit`'s tree (results/rule_fit.fit_tree, the same cells,
 weights, balance and leaf choice) on the atlas and the other replays, choose every step of the held-out
@@ -134,6 +134,25 @@ def table(results: list[dict]) -> str:
     return text
 
 
+def losses(result: dict, top: int = 4) -> str:
+    """Where a held-out rule loses, % of the oracle's time: decode steps (no prefill tokens) and the
+    others, then the largest (decode or not, rule's pick, the oracle's) pairs."""
+    cells = result["cells"]
+    times, weights, picks = cells.times, cells.weights, result["picks"]
+    picked = times.to_numpy()[np.arange(len(times)), times.columns.get_indexer(picks)]
+    best = times.min(axis=1).to_numpy()
+    worst = times.max(axis=1).to_numpy()
+    lost = (np.where(np.isnan(picked), worst, picked) - best) * weights.to_numpy()  # a pick that did not pass: the slowest
+    pct = lost / float((best * weights.to_numpy()).sum()) * 100
+    decode = (cells.features["prefill_tokens"] == 0).to_numpy()
+    frame = pd.DataFrame({"steps": np.where(decode, "decode", "other"), "pick": picks.to_numpy(),
+                          "oracle": times.idxmin(axis=1).to_numpy(), "pct": pct})
+    pairs = frame[frame["pct"] > 0].groupby(["steps", "pick", "oracle"])["pct"].sum().nlargest(top)
+    text = (f"{result['trace'].split('/')[-1]}: {pct.sum():.2f} % = decode steps {pct[decode].sum():.2f} "
+            f"+ other steps {pct[~decode].sum():.2f}\n")
+    return text + "".join(f"  {s} steps: {p} where {o} wins: {v:.2f}\n" for (s, p, o), v in pairs.items())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("atlas", type=Path)
@@ -145,6 +164,9 @@ def main() -> None:
                         help="draw each row as its median x exp(sigma x normal) in place of resampling its samples")
     parser.add_argument("--balance", choices=list(BALANCES), default=BALANCE, help="rule fit's --balance")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--losses", action="store_true",
+                        help="under each table: where each held-out rule loses (decode steps or not, its pick "
+                             "and the oracle's), %% of the oracle's time")
     parser.add_argument("--select", action="store_true",
                         help="choose depth, min leaf and balance per held-out trace on the other replays alone "
                              "(leave one out among them, GRID), then judge that choice on the held-out trace")
@@ -160,12 +182,16 @@ def main() -> None:
                   f"(mean regret {inner:.2f} % on the other replays, each held out)")
         print("\n## settings chosen without the held-out trace\n")
         print(table(results))
+        if args.losses:
+            print("\n".join(losses(r) for r in results))
         return
     for depth in (int(d) for d in args.depth.split(",")):
         results = [held_out(args.atlas, args.replays, i, depth, args.min_leaf, args.draws, args.sigma,
                             args.seed, args.balance) for i in range(len(args.replays))]
         print(f"\n## depth {depth}, min leaf {args.min_leaf:g}, balance {args.balance} (weightings kept: {', '.join(r['weighting'] for r in results)})\n")
         print(table(results))
+        if args.losses:
+            print("\n".join(losses(r) for r in results))
 
 
 if __name__ == "__main__":

@@ -52,3 +52,23 @@ def test_select_chooses_its_settings_without_the_held_out_trace(tmp_path):
     choice, inner = selected(runs[0], [*runs[1:], tmp_path / "never-read"], 2, seed=0)
     assert choice in GRID and inner >= 0
     assert selected(runs[0], [*runs[1:], runs[1]], 2, seed=0) == (choice, inner)
+
+
+def test_losses_add_up_to_the_held_out_regret(tmp_path):
+    """--losses: a held-out trace whose crossover lies elsewhere (split wins from 50 tokens, not 100)
+    loses where the tree trained on the others still picks unified; the parts add up to its regret."""
+    from rule_loto import losses
+
+    def moved(prefill: int) -> dict[str, float]:
+        return {"vllm-fa3 unified": 1.0 + prefill / 50, "vllm-fa3 split": 2.0, "flashinfer split": 3.0}
+
+    runs = [write_run(tmp_path / "atlas"), write_run(tmp_path / "a"), write_run(tmp_path / "held", times=moved)]
+    result = held_out(runs[0], runs[1:], 1, depth=1, min_leaf=0.0, draws=0, sigma=0.0, seed=0)
+    regret = (result["totals"]["rule"] / result["totals"]["oracle"] - 1) * 100
+    assert regret > 1
+    text = losses(result)
+    first = text.splitlines()[0]
+    total, decode, other = (float(x) for x in (first.split(": ")[1].split(" %")[0], first.split("decode steps ")[1].split(" ")[0],
+                                               first.split("other steps ")[1]))
+    assert total == pytest.approx(regret, abs=0.01) and decode == 0.0 and other == pytest.approx(total, abs=0.01)
+    assert "other steps: vllm-fa3 unified where vllm-fa3 split wins" in text
