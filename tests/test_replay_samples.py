@@ -22,7 +22,7 @@ def name(trace: Path) -> str:
 
 def test_the_sample_traces_are_found():
     assert [name(t) for t in TRACES] == ["chat-high", "chat-low", "chat-mid", "decode-heavy", "long-context",
-                                         "prefix-heavy"]
+                                         "long-mid", "prefix-heavy", "prefix-low", "spec-decode"]
 
 
 @pytest.mark.parametrize("trace", TRACES, ids=name)
