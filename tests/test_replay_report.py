@@ -128,6 +128,11 @@ def test_a_cpu_run_draws_no_verdict():
     text = summary_text(rows, steps, {"path": "t.jsonl", "steps": len(steps), "kinds": "", "buckets": 7,
                                       "rule": "r", "exact_sample": 12, "seed": 0, "ratio": 2.0})
     assert "no verdict" in text and "It saves" not in text
+    assert "wins most" not in text and "not shown for a CPU run" in text
+    gpu = summary_text(rows.assign(device="cuda"), steps, {"path": "t.jsonl", "steps": len(steps), "kinds": "",
+                                                            "buckets": 7, "rule": "r", "exact_sample": 12, "seed": 0,
+                                                            "ratio": 2.0})
+    assert "wins most" in gpu
 
 
 def test_replicate_ranges_against_loops():
