@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from attnbench.results.read import load_run  # noqa: E402
 from attnbench.results.rule_cells import read_cells  # noqa: E402
-from attnbench.results.rule_fit import BALANCE, BALANCES, DEPTH, MIN_LEAF, fit_tree, fit_weights, predict, regret, vllm_default  # noqa: E402
+from attnbench.results.rule_fit import (BALANCE, BALANCES, DEPTH, MIN_LEAF, cell_times, fit_tree, fit_weights,  # noqa: E402
+                                         predict, regret, vllm_default)
 from attnbench.results.rule_report import FLASHINFER_DEFAULT  # noqa: E402
 
 
@@ -138,15 +139,13 @@ def losses(result: dict, top: int = 4) -> str:
     """Where a held-out rule loses, % of the oracle's time: decode steps (no prefill tokens) and the
     others, then the largest (decode or not, rule's pick, the oracle's) pairs."""
     cells = result["cells"]
-    times, weights, picks = cells.times, cells.weights, result["picks"]
-    picked = times.to_numpy()[np.arange(len(times)), times.columns.get_indexer(picks)]
-    best = times.min(axis=1).to_numpy()
-    worst = times.max(axis=1).to_numpy()
-    lost = (np.where(np.isnan(picked), worst, picked) - best) * weights.to_numpy()  # a pick that did not pass: the slowest
-    pct = lost / float((best * weights.to_numpy()).sum()) * 100
-    decode = (cells.features["prefill_tokens"] == 0).to_numpy()
+    times, picks = cells.times, result["picks"]
+    chosen, fastest = cell_times(times, picks)
+    weights = cells.weights.loc[picks.index].to_numpy()
+    pct = (chosen - fastest) * weights / float((fastest * weights).sum()) * 100
+    decode = (cells.features.loc[picks.index, "prefill_tokens"] == 0).to_numpy()
     frame = pd.DataFrame({"steps": np.where(decode, "decode", "other"), "pick": picks.to_numpy(),
-                          "oracle": times.idxmin(axis=1).to_numpy(), "pct": pct})
+                          "oracle": times.loc[picks.index].idxmin(axis=1).to_numpy(), "pct": pct})
     pairs = frame[frame["pct"] > 0].groupby(["steps", "pick", "oracle"])["pct"].sum().nlargest(top)
     text = (f"{result['trace'].split('/')[-1]}: {pct.sum():.2f} % = decode steps {pct[decode].sum():.2f} "
             f"+ other steps {pct[~decode].sum():.2f}\n")

@@ -56,7 +56,11 @@ def oracle_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str, cpu: bool
             "oracle: where choices cross inside a bucket, it gives up what the per-step oracle takes.", ""]
 
 
-def wins_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str, ratio: float) -> list[str]:
+def wins_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str, ratio: float, cpu: bool) -> list[str]:
+    """Where each choice wins; a CPU run names no winner (which choice its timings favour swings
+    between identical runs)."""
+    if cpu:
+        return ["Where each choice wins: not shown for a CPU run (the reference backend's timings name no winner).", ""]
     table = wins(rows, steps, mode, ratio)
     if table.empty:
         return []
@@ -86,10 +90,6 @@ def sample_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[s
             "with which steps were drawn, even when the buckets sum the whole trace exactly.", ""]
 
 
-# a CPU run names no winners: which choice a CPU timing favours swings between identical runs
-CPU_WINS = ["Where each choice wins: not shown for a CPU run (the reference backend's timings name no winner).", ""]
-
-
 def summary_text(rows: pd.DataFrame, steps: pd.DataFrame, trace: dict) -> str:
     """summary.md: what was replayed, then each mode's sections."""
     cpu = is_cpu(rows)
@@ -105,9 +105,8 @@ def summary_text(rows: pd.DataFrame, steps: pd.DataFrame, trace: dict) -> str:
             "- times are one layer's attention per step, summed over the steps (each bucket's representatives' "
             "medians, each weighed by the steps it stands for)", ""]
     for mode in modes_of(rows):
-        wins_lines = CPU_WINS if cpu else wins_section(rows, steps, mode, trace["ratio"])
         out += [f"## {mode}", "", *totals_section(rows, steps, mode), *oracle_section(rows, steps, mode, cpu),
-                *wins_lines, *sample_section(rows, steps, mode)]
+                *wins_section(rows, steps, mode, trace["ratio"], cpu), *sample_section(rows, steps, mode)]
     out += decision_counts(rows)
     failed = rows[~rows["verdict"].isin(["pass"])]
     if not failed.empty:

@@ -82,13 +82,20 @@ def effective(times: pd.DataFrame) -> pd.DataFrame:
     return times.apply(lambda row: row.fillna(row.max()), axis=1)
 
 
-def regret(times: pd.DataFrame, weights: pd.Series, picks: pd.Series) -> tuple[float, float, float]:
-    """(total ms of `picks`, the oracle's total ms, regret %) over the cells of `picks`."""
-    columns = list(times.columns) + sorted(set(picks) - set(times.columns))  # a choice these rows never timed
+def cell_times(times: pd.DataFrame, picks: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Per cell of `picks`: the picked choice's time and the fastest, ms (a pick that did not pass, or
+    that these rows never timed, costs the cell's slowest passing time)."""
+    columns = list(times.columns) + sorted(set(picks) - set(times.columns))
     table = effective(times.loc[picks.index].reindex(columns=columns))
     chosen = np.array([table.at[cell, choice] for cell, choice in picks.items()])
+    return chosen, table.min(axis=1).to_numpy()
+
+
+def regret(times: pd.DataFrame, weights: pd.Series, picks: pd.Series) -> tuple[float, float, float]:
+    """(total ms of `picks`, the oracle's total ms, regret %) over the cells of `picks`."""
+    chosen, fastest = cell_times(times, picks)
     w = weights.loc[picks.index].to_numpy()
-    total, best = float((chosen * w).sum()), float((table.min(axis=1).to_numpy() * w).sum())
+    total, best = float((chosen * w).sum()), float((fastest * w).sum())
     return total, best, (total - best) / best * 100 if best else 0.0
 
 
