@@ -5,8 +5,10 @@
 For each replay: fit `attnbench rule fit`'s tree (results/rule_fit.fit_tree, the same cells,
 weights, balance and leaf choice) on the atlas and the other replays, choose every step of the held-out
 trace with it, and print the regret over the held-out trace's per-step oracle beside the best
-single choice, vLLM's default, FlashInfer's default and the per-step oracle itself. `--depth`
-takes several depths ("1,2,3,4,5"): one table each.
+single choice, vLLM's default, FlashInfer's default and the per-step oracle itself. "rule, else
+vLLM" serves the steps the fitted rule's rule.py would refuse (an attention shape, or decode rows
+with more drafts, than the fit saw: rule_report.domain) on vLLM's default, as an engine catching
+the refusal would. `--depth` takes several depths ("1,2,3,4,5"): one table each.
 
 The noise-corrected oracle: each replay row's median is one measurement of `samples` samples, and
 the per-step oracle takes the minimum of 7 such medians, so it is biased low (it picks the choice
@@ -34,7 +36,7 @@ from attnbench.results.read import load_run  # noqa: E402
 from attnbench.results.rule_cells import read_cells  # noqa: E402
 from attnbench.results.rule_fit import (BALANCE, BALANCES, DEPTH, MIN_LEAF, cell_times, fit_tree, fit_weights,  # noqa: E402
                                          predict, regret, vllm_default)
-from attnbench.results.rule_report import FLASHINFER_DEFAULT  # noqa: E402
+from attnbench.results.rule_report import FLASHINFER_DEFAULT, domain, outside  # noqa: E402
 
 
 def sample_matrix(run: Path, number: int, cells: pd.Index, choices: pd.Index) -> np.ndarray:
@@ -89,9 +91,12 @@ def held_out(atlas: Path, replays: list[Path], out: int, depth: int, min_leaf: f
     learn = fit_weights(train.times, train.weights, train.run_of, balance)
     tree, weighting = fit_tree(train.features, train.times, learn, depth, seed, min_leaf)
     times, weights = test.times, test.weights
-    rule_ms, oracle_ms, _ = regret(times, weights, predict(tree, test.features))
+    picks = predict(tree, test.features)
+    rule_ms, oracle_ms, _ = regret(times, weights, picks)
+    refused = outside({"domain": domain(train)}, test.features)  # what the rule's rule.py would refuse
     statics = times.mul(weights, axis=0).sum()
-    totals = {"rule": rule_ms, "best single": float(statics.min()),
+    served = regret(times, weights, picks.where(~refused, vllm_default(test.gpus)))[0]  # an engine's default there
+    totals = {"rule": rule_ms, "rule, else vLLM": served, "best single": float(statics.min()),
               "vLLM default": float(statics.get(vllm_default(test.gpus), np.nan)),  # NaN: not among the choices
               "FlashInfer default": float(statics.get(FLASHINFER_DEFAULT, np.nan)), "oracle": oracle_ms}
     if draws:
@@ -100,7 +105,7 @@ def held_out(atlas: Path, replays: list[Path], out: int, depth: int, min_leaf: f
             (lambda rng: times.to_numpy() * np.exp(sigma * rng.standard_normal(times.shape)))
         totals["oracle, noise-corrected"] = oracle_ms + oracle_bias(noisy, times, weights, draws, seed)
     return {"trace": test.runs[0]["trace"] or str(replays[out]), "weighting": weighting, "totals": totals,
-            "picks": predict(tree, test.features), "cells": test}
+            "picks": picks, "cells": test, "refused": float(weights[refused].sum() / weights.sum() * 100)}
 
 
 GRID = [(depth, leaf, balance) for depth in (2, 3, 4, 6) for leaf in (0.0, 0.02, 0.05) for balance in BALANCES]
@@ -132,7 +137,10 @@ def table(results: list[dict]) -> str:
             cells[-1] = f"0 ({(t['oracle'] / corrected - 1) * 100:+.2f} vs corrected)"
             cells.append(f"{(t['rule'] / corrected - 1) * 100:.2f}")
         text += f"| {result['trace'].split('/')[-1]} | " + " | ".join(cells) + " |\n"
-    return text
+    refused = [f"{r['trace'].split('/')[-1]} {r['refused']:.1f} %" for r in results if r["refused"]]
+    return text + ("\n\"rule, else vLLM\": the steps its rule.py refuses (outside the shapes or decode query "
+                   f"lengths it was fitted on: {', '.join(refused)} of the weight) served on vLLM's default.\n"
+                   if refused else "")
 
 
 def losses(result: dict, top: int = 4) -> str:

@@ -1,7 +1,8 @@
 """Synthetic replay runs for the rule tests: cells with a known crossover, written as a replay writes them.
 
 Each cell is a bucket of `steps` steps: `decode` decode rows on `decode_kv` KV tokens each, and one
-prefill chunk of `prefill` tokens on `prefill_kv`. The columns are those of the H200 example's
+prefill chunk of `prefill` tokens on `prefill_kv` (or what `lengths_of` makes; its `draft_tokens`,
+speculative drafts summed over the decode rows, count with the batch's tokens). The columns are those of the H200 example's
 results.csv (the first row is the template), so the rows pass the same checks as real ones.
 """
 
@@ -40,9 +41,11 @@ def write_run(path: Path, prefills=PREFILLS, times=synthetic_times, verdict: str
         lengths = lengths_of(i, value)
         kv = lengths["decode_kv_lens"] + lengths["prefill_kv_lens"]
         decode = len(lengths["decode_kv_lens"])
-        prefill = sum(lengths["prefill_query_lens"])
+        drafts = lengths.get("draft_tokens", 0)  # speculative drafts, summed over the decode rows
+        prefill = sum(lengths["prefill_query_lens"]) + drafts  # the batch's tokens beyond one a decode row
         context = {"decode_kv_tokens": sum(lengths["decode_kv_lens"]),
-                   "max_prefill_query_len": max(lengths["prefill_query_lens"], default=0)} if context_columns else {}
+                   "max_prefill_query_len": max(lengths["prefill_query_lens"], default=0),
+                   "decode_query_len": 1 + drafts // decode if decode else 0} if context_columns else {}
         for choice, ms in times(value).items():
             if choices is not None and choice not in choices:
                 continue

@@ -61,7 +61,7 @@ def test_the_tree_finds_a_crossover_in_the_decode_context(tmp_path):
     cells = [hidden_lengths(i, d) for i, d in enumerate(DECODE_KV)]
     features = read_cells([run], None).features
     assert run_alone(out / "rule.py", cells, tmp_path) == list(predict(tree, features))
-    by_hand = [feature_values(4, 68, 6, 28672, 16384, 32, 8, 128, 4 * d, 32) for d in DECODE_KV]
+    by_hand = [feature_values(4, 68, 6, 28672, 16384, 32, 8, 128, 4 * d, 32, 1) for d in DECODE_KV]
     assert [{k: row[k] for k in by_hand[0]} for row in features.to_dict("records")] == by_hand
 
 
@@ -69,11 +69,12 @@ def test_older_rows_fit_without_the_context_and_say_so(tmp_path):
     old = hidden_run(tmp_path / "old", False)
     result = invoke("rule", "fit", old, "--out", tmp_path / "rule", "--max-depth", "1")
     assert result.exit_code == 0, result.output
-    assert "Fitted without decode_kv_tokens, mean_decode_kv_len, prefill_kv_tokens, max_prefill_query_len" \
-        in " ".join(result.output.split())
+    assert "Fitted without decode_kv_tokens, mean_decode_kv_len, prefill_kv_tokens, max_prefill_query_len, " \
+        "decode_query_len" in " ".join(result.output.split())
     rule = json.loads((tmp_path / "rule" / "rule.json").read_text())
     assert rule["features_lacking"] == ["decode_kv_tokens", "mean_decode_kv_len", "prefill_kv_tokens",
-                                        "max_prefill_query_len"]
+                                        "max_prefill_query_len", "decode_query_len"]
+    assert rule["domain"]["max_decode_query_len"] is None  # the rows cannot tell it: rule.py sets no limit
     regrets = rule["regret_pct"]["trace of synthetic"]
     assert regrets["rule, fitted [per cell]"] == regrets["best single choice [vllm-fa3 split]"] > 0
     assert "Fitted without decode_kv_tokens" in (tmp_path / "rule" / "summary.md").read_text()

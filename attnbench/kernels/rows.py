@@ -22,8 +22,9 @@ from attnbench.kernels.workload import KEY, LABEL, NOT_A_COLUMN, Batch, SweepPoi
 @dataclass(frozen=True)
 class BatchColumns:
     """What `build_batch` drew for the point: its real size, and the rule it followed. The decode
-    rows' KV and the longest prefill chunk tell the two halves of a mixed batch apart (a dispatch
-    rule's features, results/rule_cells.py)."""
+    rows' KV and the longest prefill chunk tell the two halves of a mixed batch apart, and the decode
+    rows' query length tells speculative decoding's from plain ones (a dispatch rule's features,
+    results/rule_cells.py)."""
 
     batch_tokens: int
     num_seqs: int
@@ -32,14 +33,16 @@ class BatchColumns:
     total_kv_tokens: int
     decode_kv_tokens: int  # KV tokens of the decode rows (what split's decode kernel reads)
     max_prefill_query_len: int  # the longest query of the other rows (0 without one)
+    decode_query_len: int  # the decode rows' shared query length: 1, 1 + drafts when speculative, 0 without
     lengths_rule: str
 
     @classmethod
     def of(cls, batch: Batch) -> BatchColumns:
         decode_kv = sum(kv for kv, decode in zip(batch.kv_lens, batch.is_decode) if decode)
         prefill_query = max((q for q, decode in zip(batch.query_lens, batch.is_decode) if not decode), default=0)
+        decode_query = max((q for q, decode in zip(batch.query_lens, batch.is_decode) if decode), default=0)
         return cls(batch.num_tokens, batch.num_seqs, batch.num_decode_seqs, max(batch.kv_lens), sum(batch.kv_lens),
-                   decode_kv, prefill_query, batch.rule)
+                   decode_kv, prefill_query, decode_query, batch.rule)
 
 
 @dataclass(frozen=True)

@@ -41,13 +41,17 @@ FEATURES = {
     "mean_decode_kv_len": "decode_kv_tokens over decode rows",
     "prefill_kv_tokens": "KV tokens of the other rows, summed",
     "max_prefill_query_len": "the longest prefill chunk's query tokens",
+    "decode_query_len": "the decode rows' query tokens each: 1, or 1 + the drafts with speculative decoding "
+                        "(0 without decode rows)",
     "num_heads": "query heads",
     "gqa_group": "query heads per KV head",
     "head_dim": "head dim",
 }
-# the columns that tell a batch's two halves apart, four of FEATURES read off them; rows written before
+# the columns that tell a batch's two halves apart, five of FEATURES read off them; rows written before
 # they existed lack them, and a fit over such rows goes without those features, and says so
-CONTEXT_COLUMNS = ["decode_kv_tokens", "max_prefill_query_len"]
+# (decode_query_len is worked out for older rows where their other columns or the replay's trace
+# tell it: _decode_query_lens)
+CONTEXT_COLUMNS = ["decode_kv_tokens", "max_prefill_query_len", "decode_query_len"]
 ABOUT = ("device", "gpu", "backend", "library", "library_version", "mode", "dtype")
 POINT_COLUMNS = [name for name in SweepPoint.__dataclass_fields__]
 BATCH_COLUMNS = ["batch_tokens", "num_decode_seqs", "num_seqs", "max_kv_len", "total_kv_tokens",
@@ -56,9 +60,9 @@ BATCH_COLUMNS = ["batch_tokens", "num_decode_seqs", "num_seqs", "max_kv_len", "t
 
 def feature_values(decode_rows: int, query_tokens: int, num_seqs: int, total_kv: int, max_kv: int,
                    num_heads: int, num_kv_heads: int, head_dim: int, decode_kv: int | None = None,
-                   max_prefill_query: int | None = None) -> dict[str, float]:
+                   max_prefill_query: int | None = None, decode_query: int | None = None) -> dict[str, float]:
     """FEATURES of one batch from its sizes (rule.py computes the same from the step's lengths);
-    without decode_kv and max_prefill_query (older rows), the four read off them are NaN."""
+    without decode_kv, max_prefill_query or decode_query (older rows), those read off them are NaN."""
     nan = float("nan")
     return {"decode_rows": decode_rows, "prefill_tokens": query_tokens - decode_rows,
             "decode_share": decode_rows / query_tokens if query_tokens else 0.0, "num_seqs": num_seqs,
@@ -67,6 +71,7 @@ def feature_values(decode_rows: int, query_tokens: int, num_seqs: int, total_kv:
             "mean_decode_kv_len": nan if decode_kv is None else decode_kv / decode_rows if decode_rows else 0.0,
             "prefill_kv_tokens": nan if decode_kv is None else total_kv - decode_kv,
             "max_prefill_query_len": nan if max_prefill_query is None else max_prefill_query,
+            "decode_query_len": nan if decode_query is None else decode_query,
             "num_heads": num_heads, "gqa_group": num_heads / num_kv_heads if num_kv_heads else 0.0,
             "head_dim": head_dim}
 
@@ -85,6 +90,7 @@ class Cells:
     libraries: dict[str, str]
     about: pd.DataFrame  # the distinct device, GPU, library and mode columns of the rows (for titles)
     lacking: list[str]  # FEATURES left out of `features`: some cells' rows predate their columns
+    shapes: list[tuple[int, int, int]]  # the (heads, KV heads, head dim) the cells were measured on
 
 
 PARTS = ("bucket", "sample")  # a replay's bucket representatives (weighed by the steps they stand
@@ -121,7 +127,8 @@ def run_cells(path: Path, mode: str | None, number: int, part: str = "bucket") -
     key = (["bucket", "step"] if buckets else ["step"] if replay else [c for c in POINT_COLUMNS if c in chosen.columns]) \
         + [c for c in ("l2",) if c in chosen.columns]  # a cold and a warm L2 are two cells
     cell = chosen[key].astype(str).agg("|".join, axis=1)
-    long = chosen.assign(cell=f"{number}:" + cell, choice=chosen["backend"] + " " + chosen["strategy"])
+    long = chosen.assign(cell=f"{number}:" + cell, choice=chosen["backend"] + " " + chosen["strategy"],
+                         decode_query_len=_decode_query_lens(path, chosen, replay))
     weights = _replay_weights(path, long) if buckets else pd.Series(1.0, index=long["cell"].unique())
     kind = "replay" if replay else "atlas" if {"round", *CELL_COLUMNS} <= set(rows.columns) else "kernel sweep"
     info = {"path": str(path), "kind": kind if part == "bucket" else "replay's sampled steps", "mode": str(long["mode"].iloc[0]),
@@ -143,6 +150,60 @@ def _replay_weights(path: Path, long: pd.DataFrame) -> pd.Series:
     if lacking:
         raise AttnbenchError(f"RUN: {steps_file} has no step in bucket {lacking[0]} that results.csv timed")
     return long.drop_duplicates("cell").set_index("cell")["steps"].astype(float)
+
+
+def _decode_query_lens(path: Path, rows: pd.DataFrame, replay: bool) -> pd.Series:
+    """Each row's decode query length (FEATURES): its decode_query_len where it has one; for rows
+    written before that column, what the rest of the row tells: 0 without decode rows; a sweep's or
+    atlas's kind (specdec: spec_k, else 1); a replay's step in its trace, when the file env.json names
+    is there with the same sha256; else the decode rows' share of the batch's tokens when at most one
+    other row shares it. NaN where none of these tells (the fit then goes without the feature)."""
+    given = pd.to_numeric(rows["decode_query_len"], errors="coerce") if "decode_query_len" in rows \
+        else pd.Series(float("nan"), index=rows.index)
+    missing = given.isna()
+    if not missing.any():
+        return given
+    from_trace = _trace_decode_query(path) if replay else None
+    derived = [_derived_decode_query(row, replay, from_trace) for row in rows[missing].to_dict("records")]
+    return given.where(~missing, pd.Series(derived, index=rows.index[missing], dtype=float))
+
+
+def _derived_decode_query(row: dict, replay: bool, from_trace: dict[int, int] | None) -> float:
+    decode, tokens, seqs = (_count(row.get(c)) for c in ("num_decode_seqs", "batch_tokens", "num_seqs"))
+    if decode == 0:
+        return 0.0
+    if not replay:
+        return float(min(int(row["spec_k"]), tokens or 0)) if row.get("kind") == "specdec" else 1.0
+    step = _count(row.get("step"))
+    if from_trace is not None and step in from_trace:
+        return float(from_trace[step])
+    longest = _count(row.get("max_prefill_query_len"))
+    if None in (decode, tokens, seqs) or seqs - decode > 1 or (seqs > decode and longest is None):
+        return float("nan")
+    return (tokens - (longest if seqs > decode else 0)) / decode
+
+
+def _trace_decode_query(path: Path) -> dict[int, int] | None:
+    """step -> its decode rows' query length, read from the trace a replay's env.json names (as it was
+    given, so relative to where the replay ran) when that file's sha256 is the one recorded; else None."""
+    import hashlib
+    import json
+
+    from attnbench.traces.jsonl import read_trace
+
+    try:
+        about = json.loads((path / "env.json").read_text())["replay"]
+        trace = Path(about["trace"])
+        if not trace.is_file() or hashlib.sha256(trace.read_bytes()).hexdigest() != about["sha256"]:
+            return None
+        steps = read_trace(trace).steps
+    except (OSError, ValueError, KeyError, TypeError, AttnbenchError):
+        return None
+    found = {}
+    for number, step in enumerate(steps):
+        batch = step.batch()
+        found[number] = max((q for q, d in zip(batch.query_lens, batch.is_decode) if d), default=0)
+    return found
 
 
 def _trace_of(path: Path) -> str | None:
@@ -182,9 +243,11 @@ def read_cells(paths: list[Path], mode: str | None, part: str = "bucket") -> Cel
     libraries = {str(b): str(v) for b, v in long.drop_duplicates("backend")[["backend", "library_version"]]
                  .itertuples(index=False)}
     run_of = pd.Series([int(cell.split(":")[0]) for cell in times.index], index=times.index)
+    shapes = sorted({tuple(int(v) for v in shape) for shape in
+                     first[["num_heads", "num_kv_heads", "head_dim"]].itertuples(index=False)})
     return Cells(features.drop(columns=lacking), times, first["weight"].astype(float), run_of, runs,
                  sorted(long["gpu"].dropna().astype(str).unique()), libraries,
-                 long[[c for c in ABOUT if c in long.columns]].drop_duplicates(), lacking)
+                 long[[c for c in ABOUT if c in long.columns]].drop_duplicates(), lacking, shapes)
 
 
 def _count(value) -> int | None:

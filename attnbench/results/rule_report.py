@@ -70,8 +70,33 @@ def scopes(cells: Cells) -> dict[str, pd.Index]:
     return {everything: cells.times.index, **traces}
 
 
+def domain(cells: Cells) -> dict:
+    """What the rule was fitted on, beyond which rule.py refuses to answer: the attention shapes, and
+    the longest decode-row query (1 + drafts; None where the rows cannot tell it, and then no limit)."""
+    longest = None
+    if "decode_query_len" in cells.features:
+        longest = int(max(cells.features["decode_query_len"].max(), 1))
+    return {"shapes": [list(shape) for shape in cells.shapes], "max_decode_query_len": longest}
+
+
+def outside(record: dict, features: pd.DataFrame) -> pd.Series:
+    """The cells rule.py refuses (True): their shape, or their decode rows' query length, lies beyond
+    the rule's domain. A rule.json written before domains refuses nothing."""
+    found = record.get("domain") or {}
+    shapes, longest = found.get("shapes"), found.get("max_decode_query_len")
+    refused = pd.Series(False, index=features.index)
+    if shapes:
+        heads = features["num_heads"].astype(int)
+        kv = (features["num_heads"] / features["gqa_group"]).round().astype(int)
+        refused |= ~pd.Series([[h, k, int(d)] in shapes for h, k, d in zip(heads, kv, features["head_dim"])],
+                              index=features.index)
+    if longest is not None and "decode_query_len" in features:
+        refused |= features["decode_query_len"] > longest
+    return refused
+
+
 def rule_json(tree: dict, cells: Cells, fit: dict, tables: dict[str, list[Line]]) -> dict:
-    return {"format": "attnbench-rule", "version": 1, "choose": "backend strategy", "tree": tree,
+    return {"format": "attnbench-rule", "version": 1, "choose": "backend strategy", "tree": tree, "domain": domain(cells),
             "features": FEATURES, "features_lacking": cells.lacking, "choices": list(cells.times.columns), "gpu": cells.gpus,
             "library_versions": cells.libraries, "runs": cells.runs, "fit": fit,
             "regret_pct": {scope: {f"{l.name} [{l.choice}]": None if math.isnan(l.regret_pct) else round(l.regret_pct, 3)
@@ -79,22 +104,39 @@ def rule_json(tree: dict, cells: Cells, fit: dict, tables: dict[str, list[Line]]
 
 
 def rule_py(tree: dict, cells: Cells, fit: dict) -> str:
-    """rule.py: `choose(...)` with the tree as nested ifs; the standard library only."""
-    body = _code(tree, 1)
+    """rule.py: `choose(...)` with the tree as nested ifs, behind the domain's checks; the standard
+    library only."""
+    body, limits = _code(tree, 1), domain(cells)
+    shapes = ", ".join(repr(tuple(shape)) for shape in limits["shapes"])
+    longest = limits["max_decode_query_len"]
+    drafts = (f"    if decode_query_len > MAX_DECODE_QUERY_LEN:\n"
+              f"        raise ValueError(f\"this rule was fitted on decode rows of at most {{MAX_DECODE_QUERY_LEN}} query "
+              f"token(s) ({{MAX_DECODE_QUERY_LEN - 1}} draft(s)), not {{decode_query_len:g}}: fit one on a replay of "
+              f"this speculative decoding\")\n") if longest is not None else ""
     return f'''"""A dispatch rule fitted by `attnbench rule fit` (max depth {fit["max_depth"]}, {fit["mode"]} mode).
 
 Holds for GPU {", ".join(cells.gpus) or "unknown"} with {", ".join(f"{b} {v}" for b, v in cells.libraries.items())}.
-Standard library only: paste `choose` into a serving engine.
+Standard library only: paste `choose` into a serving engine. It answers only for what it was fitted
+on: another attention shape{", or decode rows with more drafts than it saw," if longest is not None else ""} is a ValueError
+(the engine's own default is the answer there), not a guess.
 """
+
+SHAPES = {{{shapes}}}  # (heads, KV heads, head dim) the rule was measured on
+MAX_DECODE_QUERY_LEN = {longest}  # {"the longest decode-row query it was measured on: 1 + drafts" if longest is not None else "unknown: its rows predate the column, so no limit"}
 
 
 def choose(decode_kv_lens, prefill_query_lens, prefill_kv_lens, num_heads, num_kv_heads, head_dim, draft_tokens=0):
     """(backend, strategy) for one step: its decode rows' KV lengths, its prefill chunks' query and
     KV lengths, and the attention shape. With speculative decoding, draft_tokens is the step's draft
-    tokens summed over its decode rows (each row's query tokens beyond its first): the rows the rule
-    was fitted on count them with the prefill tokens, and so does this function."""
+    tokens summed over its decode rows (each row's query tokens beyond its first; the rows share one
+    count): the rows the rule was fitted on count them with the prefill tokens, and so does this
+    function. ValueError where the step lies outside what the rule was fitted on."""
+    if (num_heads, num_kv_heads, head_dim) not in SHAPES:
+        raise ValueError(f"this rule was fitted on (heads, KV heads, head dim) in {{sorted(SHAPES)}}, not "
+                         f"{{(num_heads, num_kv_heads, head_dim)}}: fit one on rows of that shape")
     decode_rows = len(decode_kv_lens)
-    prefill_tokens = sum(prefill_query_lens) + draft_tokens
+    decode_query_len = 1 + draft_tokens / decode_rows if decode_rows else 0
+{drafts}    prefill_tokens = sum(prefill_query_lens) + draft_tokens
     query_tokens = decode_rows + prefill_tokens
     kv_lens = list(decode_kv_lens) + list(prefill_kv_lens)
     num_seqs = len(kv_lens)
@@ -148,7 +190,8 @@ def summary_md(tree: dict, cells: Cells, fit: dict, tables: dict[str, list[Line]
 def lacking_note(lacking: list[str]) -> str:
     return (f"Fitted without {', '.join(lacking)}: some rows predate the columns they are read from "
             f"({', '.join(CONTEXT_COLUMNS)}), so the rule cannot tell the decode rows' context from "
-            "the prefill chunks'. Measure again with this attnbench to give it them.")
+            "the prefill chunks' (or speculative decode rows from plain ones). Measure again with this attnbench "
+            "to give it them.")
 
 
 def replay_oracle_note(lines: list[Line]) -> str:

@@ -19,10 +19,11 @@ from attnbench.errors import AttnbenchError, UsageError
 from attnbench.results.figures import CPU_MARK, is_cpu
 from attnbench.results.rule_cells import FEATURES, read_cells
 from attnbench.results.rule_fit import (BALANCE, DEPTH, MIN_LEAF, check_balance, check_depth, check_min_leaf, check_tree,
-                                        cross_validated, fit_tree, fit_weights, predict, regret, tree_features)
+                                        cross_validated, fit_tree, fit_weights, predict, regret, tree_features,
+                                        vllm_default)
 from attnbench.results.rule_plot import plot_rule
-from attnbench.results.rule_report import (CPU_NOTE, dumps, lacking_note, regret_lines, rule_json, rule_py, scopes,
-                                           summary_md, table_md)
+from attnbench.results.rule_report import (CPU_NOTE, dumps, lacking_note, outside, regret_lines, rule_json, rule_py,
+                                           scopes, summary_md, table_md)
 from attnbench.runs.rundir import RunDir
 
 MAX_FOLDS = 100
@@ -132,11 +133,27 @@ def run_rule_apply(rule_dir: Path, runs: list[Path], mode: str | None, console: 
         raise UsageError(f"RUN: the rule splits on {', '.join(missing)}, which the rows lack (written by an older "
                          "attnbench); measure them again, or apply a rule fitted without them")
     picks = {"rule": predict(record["tree"], cells.features)}
+    refused = outside(record, cells.features)
+    if refused.any():  # rule.py raises on these cells: judge them as an engine would serve them, on its default
+        picks[REFUSED] = picks["rule"].where(~refused, vllm_default(cells.gpus))
     for scope, index in scopes(cells).items():
         console.print(f"## Regret: {scope}\n")
         console.print(table_md(regret_lines(cells, index, picks)), markup=False)
-    for note in provenance_notes(record, cells.gpus, cells.libraries):
+    for note in provenance_notes(record, cells.gpus, cells.libraries) + domain_notes(refused, cells.weights):
         console.print(f"note: {note}", markup=False)
+
+
+REFUSED = "rule, vLLM's default where it refuses"
+
+
+def domain_notes(refused, weights) -> list[str]:
+    """Where rule.py would refuse some of the cells (outside its shapes or its decode query lengths)."""
+    if not refused.any():
+        return []
+    share = float(weights[refused].sum() / weights.sum() * 100)
+    return [f"{int(refused.sum())} cell(s), {share:.1f} % of the weight, lie outside what the rule was fitted on "
+            "(another attention shape, or decode rows with more drafts): its rule.py refuses them, so \"rule\" "
+            f"shows what the tree alone would choose and \"{REFUSED}\" what an engine falling back would run"]
 
 
 def provenance_notes(record: dict, gpus: list[str], libraries: dict[str, str]) -> list[str]:
