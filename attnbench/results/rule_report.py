@@ -109,10 +109,10 @@ def rule_py(tree: dict, cells: Cells, fit: dict) -> str:
     body, limits = _code(tree, 1), domain(cells)
     shapes = ", ".join(repr(tuple(shape)) for shape in limits["shapes"])
     longest = limits["max_decode_query_len"]
-    drafts = (f"    if decode_query_len > MAX_DECODE_QUERY_LEN:\n"
-              f"        raise ValueError(f\"this rule was fitted on decode rows of at most {{MAX_DECODE_QUERY_LEN}} query "
-              f"token(s) ({{MAX_DECODE_QUERY_LEN - 1}} draft(s)), not {{decode_query_len:g}}: fit one on a replay of "
-              f"this speculative decoding\")\n") if longest is not None else ""
+    drafts = ("    if decode_query_len > MAX_DECODE_QUERY_LEN:\n"
+              "        raise ValueError(f\"this rule was fitted on decode rows of at most {MAX_DECODE_QUERY_LEN} query \"\n"
+              "                         f\"token(s) ({MAX_DECODE_QUERY_LEN - 1} draft(s)), not {decode_query_len:g}: \"\n"
+              "                         \"fit one on a replay of this speculative decoding\")\n") if longest is not None else ""
     return f'''"""A dispatch rule fitted by `attnbench rule fit` (max depth {fit["max_depth"]}, {fit["mode"]} mode).
 
 Holds for GPU {", ".join(cells.gpus) or "unknown"} with {", ".join(f"{b} {v}" for b, v in cells.libraries.items())}.
