@@ -15,6 +15,7 @@ import hashlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -162,3 +163,18 @@ def test_a_sweeps_older_rows_get_it_from_their_kind(row, expected):
 def test_a_replays_older_rows_without_their_trace(row, expected):
     found = _derived_decode_query(row, True, None)
     assert (found != found) if expected is None else found == expected
+
+
+def test_rule_loto_serves_the_refused_steps_on_vllms_default(tmp_path):
+    """benchmarks/rule_loto.py: a speculative trace held out from a fit without drafts; the tree alone
+    sends its speculative cells to flashinfer split, "rule, else vLLM" serves them on vllm-fa3 unified."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from rule_loto import held_out, table
+
+    plain = [spec_run(tmp_path / name, cells=tuple(i for i in CELLS if i % 2 == 0)) for name in ("atlas", "a")]
+    result = held_out(plain[0], [plain[1], spec_run(tmp_path / "spec")], 1, depth=1, min_leaf=0.0, draws=0,
+                      sigma=0.0, seed=0)
+    totals = result["totals"]
+    assert result["refused"] == pytest.approx(42 / 78 * 100)
+    assert totals["rule, else vLLM"] == pytest.approx(totals["oracle"]) and totals["rule"] > 1.5 * totals["oracle"]
+    assert "53.8 % of the weight) served on vLLM's default" in table([result])
