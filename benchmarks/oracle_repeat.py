@@ -9,7 +9,8 @@ the oracle's picks from one measurement and times them in an independent one: th
 measurement's own oracle, in % of its time, is how much of the oracle is noise. With one run, the
 measurements are its replicates (each row's replicate_medians_ms: fresh inputs, plans and graphs),
 every ordered pair of them; with two runs, each run's medians, both ways, on the cells both hold.
-It also prints the spread of log(second / first) over every cell and choice. Read, never written:
+It also prints the spread of log(second / first) over every cell and choice, and each
+measurement's best single choice over its own oracle. Read, never written:
 the runs. Not a test.
 """
 
@@ -92,6 +93,11 @@ def main() -> None:
     for a, b in itertools.permutations(range(len(tables)), 2):
         sd, iqr = spread(tables[a], tables[b])
         print(f"| {names[a]} | {names[b]} | {picked_elsewhere(tables[a], tables[b], weights):.2f} | {sd:.2f} | {iqr:.2f} |")
+    print("\nEach measurement's best single choice over its own oracle (the gap a rule can close):")
+    for name, times in zip(names, tables):
+        totals = times.mul(weights, axis=0).sum(min_count=len(times))
+        oracle = float((times.min(axis=1) * weights).sum())
+        print(f"  {name}: {totals.idxmin()} {(totals.min() / oracle - 1) * 100:.2f} %")
 
 
 if __name__ == "__main__":
