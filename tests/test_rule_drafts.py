@@ -115,7 +115,7 @@ def trace_for(path, steps: list[dict]) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def older_run(tmp_path, sha: str | None):
+def older_run(tmp_path, sha: str | None, digest_recorded: bool = True, sizes_off_by: int = 0):
     """The speculative run as an attnbench without the column wrote it, each cell a step of a trace
     with two prefill chunks (so the row's other columns cannot tell its decode query length)."""
     run = spec_run(tmp_path / "old")
@@ -129,8 +129,13 @@ def older_run(tmp_path, sha: str | None):
     rows["step"] = rows["bucket"]
     rows["num_seqs"] = 6
     rows.to_csv(run / "results.csv", index=False)
-    (run / "env.json").write_text(json.dumps({"replay": {"trace": str(tmp_path / "trace.jsonl"),
-                                                         "sha256": sha or digest}}))
+    replay = {"trace": str(tmp_path / "trace.jsonl"), **({"sha256": sha or digest} if digest_recorded else {})}
+    (run / "env.json").write_text(json.dumps({"replay": replay}))
+    if not digest_recorded:  # buckets.csv as the replay wrote it: each step's sizes in the trace
+        pd.DataFrame([(i, "mixed", 4, sum(s["query_len"]) + sizes_off_by, sum(s["kv_len"]), i)
+                      for i, s in enumerate(steps)],
+                     columns=["step", "kind", "decode_rows", "query_tokens", "kv_tokens", "bucket"]).to_csv(
+            run / "buckets.csv", index=False)
     return run
 
 
@@ -143,6 +148,12 @@ def test_older_rows_read_the_decode_query_length_off_the_replays_trace(tmp_path)
 def test_a_changed_trace_is_not_read_and_the_feature_is_left_out(tmp_path):
     cells = read_cells([older_run(tmp_path, "0" * 64)], None)
     assert cells.lacking == ["decode_query_len"]
+
+
+@pytest.mark.parametrize("off_by, read", [(0, True), (1, False)])
+def test_a_run_older_than_the_digest_reads_a_trace_whose_steps_match_its_buckets(tmp_path, off_by, read):
+    cells = read_cells([older_run(tmp_path, None, digest_recorded=False, sizes_off_by=off_by)], None)
+    assert ("decode_query_len" not in cells.lacking) == read
 
 
 @pytest.mark.parametrize("row, expected", [

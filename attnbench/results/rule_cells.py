@@ -184,8 +184,11 @@ def _derived_decode_query(row: dict, replay: bool, from_trace: dict[int, int] | 
 
 
 def _trace_decode_query(path: Path) -> dict[int, int] | None:
-    """step -> its decode rows' query length, read from the trace a replay's env.json names (as it was
-    given, so relative to where the replay ran) when that file's sha256 is the one recorded; else None."""
+    """step -> its decode rows' query length, read from the trace a replay's env.json names when that
+    file's sha256 is the one recorded (a run older than the digest: when every step of its
+    buckets.csv has the trace's sizes); else None. A relative path was relative to where the replay
+    ran: it is looked for from here, then from each folder above the run (a run kept under the
+    project that holds its trace)."""
     import hashlib
     import json
 
@@ -193,17 +196,29 @@ def _trace_decode_query(path: Path) -> dict[int, int] | None:
 
     try:
         about = json.loads((path / "env.json").read_text())["replay"]
-        trace = Path(about["trace"])
-        if not trace.is_file() or hashlib.sha256(trace.read_bytes()).hexdigest() != about["sha256"]:
-            return None
-        steps = read_trace(trace).steps
+        given, digest = Path(about["trace"]), about.get("sha256")
+        places = [given] if given.is_absolute() else [given, *(folder / given for folder in path.resolve().parents)]
+        for place in places:
+            if not place.is_file() or (digest and hashlib.sha256(place.read_bytes()).hexdigest() != digest):
+                continue
+            batches = [step.batch() for step in read_trace(place).steps]
+            if digest or _same_steps(batches, read_steps(path)):  # no digest (older runs): buckets.csv's sizes
+                return {number: max((q for q, d in zip(b.query_lens, b.is_decode) if d), default=0)
+                        for number, b in enumerate(batches)}
     except (OSError, ValueError, KeyError, TypeError, AttnbenchError):
         return None
-    found = {}
-    for number, step in enumerate(steps):
-        batch = step.batch()
-        found[number] = max((q for q, d in zip(batch.query_lens, batch.is_decode) if d), default=0)
-    return found
+    return None
+
+
+def _same_steps(batches: list, steps: pd.DataFrame) -> bool:
+    """Every step buckets.csv lists has the decode rows, query tokens and KV tokens of the trace's."""
+    for step, decode, query, kv in steps[["step", "decode_rows", "query_tokens", "kv_tokens"]].itertuples(index=False):
+        if not 0 <= step < len(batches):
+            return False
+        batch = batches[step]
+        if (batch.num_decode_seqs, batch.num_tokens, sum(batch.kv_lens)) != (decode, query, kv):
+            return False
+    return True
 
 
 def _trace_of(path: Path) -> str | None:

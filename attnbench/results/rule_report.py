@@ -178,13 +178,24 @@ def summary_md(tree: dict, cells: Cells, fit: dict, tables: dict[str, list[Line]
             f"oracle's, in percent. \"rule, cross-validated\" chooses each cell with a tree fitted without it "
             f"({fit['folds']}-fold, seed {fit['seed']}); \"rule, fitted\" with the tree below, which saw every cell.\n\n"
             + (f"{lacking_note(cells.lacking)}\n\n" if cells.lacking else "")
-            + "## The rule\n\n```\n" + "\n".join(tree_words(tree)) + "\n```\n")
+            + "## The rule\n\n```\n" + "\n".join(tree_words(tree)) + "\n```\n\n" + domain_md(cells))
     for scope, lines in tables.items():
         low, high = fit["cross_validated_range_pct"][scope]
         text += (f"\n## Regret: {scope}\n\n" + table_md(lines) + f"\nOver {fit['draws']} draws of the folds (seeds "
                  f"{fit['seed']}-{fit['seed'] + fit['draws'] - 1}) the cross-validated regret is {low:.2f}-{high:.2f} %.\n"
                  + (replay_oracle_note(lines) if scope.startswith("trace of") else ""))
     return text
+
+
+def domain_md(cells: Cells) -> str:
+    """The rule's domain in words: what rule.py refuses."""
+    limits = domain(cells)
+    shapes = ", ".join("/".join(str(v) for v in shape) for shape in limits["shapes"])
+    longest = limits["max_decode_query_len"]
+    drafts = (f"decode rows of at most {longest} query token(s) ({longest - 1} speculative draft(s))"
+              if longest is not None else "decode rows of any query length (the rows could not tell it)")
+    return (f"It holds for (heads / KV heads / head dim) {shapes} and {drafts}; rule.py raises ValueError "
+            "outside that, and the engine's own default is the answer there.\n")
 
 
 def lacking_note(lacking: list[str]) -> str:
