@@ -195,3 +195,11 @@ def test_apply_says_when_the_rows_ran_elsewhere_or_on_other_library_versions(tmp
     text = " ".join(moved.stdout.split())
     assert "fitted on NVIDIA H200, these rows ran on NVIDIA B200" in text
     assert "library versions differ: flashinfer 0.24.0 (the rule) against 0.99.0 (these rows)" in text
+
+
+def test_the_commands_default_depth_is_the_fits(tmp_path):
+    """`rule fit` without --max-depth fits at rule_fit.DEPTH (the CLI spells its default out: keep the two one)."""
+    from attnbench.results.rule_fit import DEPTH
+
+    rule, _ = fitted(tmp_path)
+    assert rule["fit"]["max_depth"] == DEPTH

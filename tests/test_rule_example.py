@@ -47,7 +47,7 @@ def features(step: dict) -> dict:
 
 def test_the_example_rule_reads_and_names_where_it_holds():
     rule = read_rule(EXAMPLE)
-    assert rule["gpu"] == ["NVIDIA H200"] and rule["fit"]["max_depth"] == 4
+    assert rule["gpu"] == ["NVIDIA H200"] and rule["fit"]["max_depth"] == 6
     assert set(rule["library_versions"]) >= {"vllm-fa3", "flashinfer"}
     assert rule["domain"] == {"shapes": [[32, 8, 128]], "max_decode_query_len": 4}  # fitted on 3 drafts at most
 

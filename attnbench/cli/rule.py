@@ -25,7 +25,7 @@ app = typer.Typer(no_args_is_help=True, help="Dispatch rules fitted on measured 
 def fit(
     runs: Annotated[list[Path], typer.Argument(help="Replay runs (results.csv, buckets.csv), kernel sweep runs or atlas runs (results.csv). Example: runs/h200-atlas", show_default=False)],
     out: Annotated[Path, typer.Option(help="Directory for rule.json, rule.py, summary.md and the picture (new or empty). Example: --out rules/h200", show_default=False)],
-    max_depth: Annotated[int, typer.Option(help="The tree's depth at most (1-8; shallow stays readable). Example: --max-depth 2")] = 4,
+    max_depth: Annotated[int, typer.Option(help="The tree's depth at most (1-8; shallow stays readable). Example: --max-depth 4")] = 6,
     min_leaf: Annotated[float, typer.Option(help="The least share of the cells' weight a leaf may stand for (0-0.5; "
                                                  "0: no floor). Example: --min-leaf 0.05")] = 0.0,
     balance: Annotated[str, typer.Option(help="How the runs weigh against each other in the fit: runs (every run's "

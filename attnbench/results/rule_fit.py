@@ -36,7 +36,7 @@ BALANCES = {
 }
 BALANCE = "runs"
 MAX_DEPTH = 8  # deeper is no longer a rule a person reads
-DEPTH = 4  # rule fit's default depth (docs/guides/rule.md, "Held-out traces": the H200's held-out tables)
+DEPTH = 6  # rule fit's default depth (docs/guides/rule.md, "Held-out traces": the H200's held-out tables)
 # the least share of the fit's weight (of the kept weighting) a leaf may hold; none by default: fitted
 # on an atlas and several replays, a floor cost more held out than it saved (docs/guides/rule.md)
 MIN_LEAF = 0.0

@@ -1,4 +1,4 @@
-"""A dispatch rule fitted by `attnbench rule fit` (max depth 4, graph mode).
+"""A dispatch rule fitted by `attnbench rule fit` (max depth 6, graph mode).
 
 Holds for GPU NVIDIA H200 with vllm-fa2 0.24.0, vllm-fa3 0.24.0, flashinfer 0.6.6, flashinfer-ba 0.6.6.
 Standard library only: paste `choose` into a serving engine. It answers only for what it was fitted
@@ -41,40 +41,145 @@ def choose(decode_kv_lens, prefill_query_lens, prefill_kv_lens, num_heads, num_k
     if decode_share <= 0.2386128380894661:
         if max_prefill_query_len <= 60.0:
             if prefill_tokens <= 26.5:
-                return ('vllm-fa3', 'unified')
+                if total_kv_tokens <= 3944.0:
+                    if prefill_tokens <= 15.5:
+                        if total_kv_tokens <= 532.0:
+                            return ('vllm-fa2', 'split')
+                        else:
+                            return ('vllm-fa3', 'unified')
+                    else:
+                        return ('flashinfer-ba', 'unified')
+                else:
+                    if mean_decode_kv_len <= 213.0:
+                        return ('vllm-fa3', 'split')
+                    else:
+                        return ('vllm-fa3', 'unified')
             else:
                 if decode_rows <= 12.0:
-                    return ('flashinfer-ba', 'unified')
+                    if num_seqs <= 6.0:
+                        if mean_decode_kv_len <= 1613.875:
+                            return ('vllm-fa3', 'unified')
+                        else:
+                            return ('flashinfer-ba', 'unified')
+                    else:
+                        return ('flashinfer-ba', 'unified')
                 else:
-                    return ('vllm-fa3', 'unified')
+                    if max_prefill_query_len <= 54.5:
+                        return ('vllm-fa3', 'unified')
+                    else:
+                        return ('flashinfer-ba', 'unified')
         else:
             if prefill_kv_tokens <= 595.0:
                 if decode_share <= 0.0445867907255888:
-                    return ('vllm-fa3', 'unified')
+                    if max_kv_len <= 2114.5:
+                        if mean_decode_kv_len <= 1541.2115478515625:
+                            return ('vllm-fa3', 'unified')
+                        else:
+                            return ('flashinfer', 'split')
+                    else:
+                        if prefill_kv_tokens <= 497.5:
+                            return ('vllm-fa3', 'unified')
+                        else:
+                            return ('flashinfer-ba', 'unified')
                 else:
-                    return ('flashinfer-ba', 'unified')
+                    if num_seqs <= 19.5:
+                        if max_prefill_query_len <= 206.0:
+                            return ('vllm-fa3', 'unified')
+                        else:
+                            return ('flashinfer-ba', 'unified')
+                    else:
+                        if mean_kv_len <= 780.0784912109375:
+                            return ('vllm-fa3', 'unified')
+                        else:
+                            return ('flashinfer-ba', 'unified')
             else:
-                return ('vllm-fa3', 'unified')
+                if num_seqs <= 8.5:
+                    if max_prefill_query_len <= 407.5:
+                        if decode_kv_tokens <= 2931.5:
+                            return ('flashinfer', 'unified')
+                        else:
+                            return ('vllm-fa3', 'unified')
+                    else:
+                        if prefill_kv_tokens <= 7241.0:
+                            return ('vllm-fa3', 'split')
+                        else:
+                            return ('vllm-fa3', 'unified')
+                else:
+                    if prefill_kv_tokens <= 1124.5:
+                        if max_kv_len <= 5774.5:
+                            return ('vllm-fa3', 'unified')
+                        else:
+                            return ('flashinfer', 'split')
+                    else:
+                        return ('vllm-fa3', 'unified')
     else:
         if total_kv_tokens <= 6658.5:
             if mean_decode_kv_len <= 1898.75:
-                if max_prefill_query_len <= 1.0:
-                    return ('vllm-fa3', 'split')
+                if prefill_kv_tokens <= 1.0:
+                    if max_kv_len <= 534.5:
+                        if decode_rows <= 4.0:
+                            return ('vllm-fa2', 'split')
+                        else:
+                            return ('vllm-fa3', 'split')
+                    else:
+                        if decode_rows <= 9.5:
+                            return ('vllm-fa3', 'split')
+                        else:
+                            return ('flashinfer-ba', 'unified')
                 else:
-                    return ('vllm-fa3', 'unified')
+                    if decode_share <= 0.2678571492433548:
+                        return ('flashinfer-ba', 'unified')
+                    else:
+                        if decode_share <= 0.5357142984867096:
+                            return ('vllm-fa3', 'unified')
+                        else:
+                            return ('flashinfer-ba', 'unified')
             else:
                 if total_kv_tokens <= 4087.0:
-                    return ('flashinfer', 'split')
+                    if total_kv_tokens <= 2327.5:
+                        return ('vllm-fa3', 'split')
+                    else:
+                        return ('flashinfer', 'split')
                 else:
                     return ('vllm-fa3', 'split')
         else:
             if decode_share <= 0.4986187815666199:
                 if max_kv_len <= 3880.0:
-                    return ('flashinfer-ba', 'unified')
+                    if max_kv_len <= 1523.5:
+                        if prefill_kv_tokens <= 45.5:
+                            return ('vllm-fa3', 'split')
+                        else:
+                            return ('flashinfer-ba', 'unified')
+                    else:
+                        if mean_decode_kv_len <= 728.3266906738281:
+                            return ('vllm-fa3', 'split')
+                        else:
+                            return ('flashinfer-ba', 'unified')
                 else:
-                    return ('vllm-fa3', 'split')
+                    if decode_rows <= 67.5:
+                        if decode_share <= 0.25337837636470795:
+                            return ('vllm-fa3', 'split')
+                        else:
+                            return ('flashinfer-ba', 'unified')
+                    else:
+                        if decode_kv_tokens <= 2834432.0:
+                            return ('flashinfer-ba', 'unified')
+                        else:
+                            return ('vllm-fa3', 'split')
             else:
                 if num_seqs <= 21.5:
-                    return ('flashinfer', 'split')
+                    if num_seqs <= 5.5:
+                        if total_kv_tokens <= 27051.5:
+                            return ('vllm-fa3', 'split')
+                        else:
+                            return ('flashinfer-ba', 'unified')
+                    else:
+                        return ('flashinfer', 'split')
                 else:
-                    return ('vllm-fa3', 'split')
+                    if prefill_tokens <= 384.0:
+                        return ('vllm-fa3', 'split')
+                    else:
+                        if max_kv_len <= 12544.0:
+                            return ('flashinfer-ba', 'unified')
+                        else:
+                            return ('flashinfer', 'split')
