@@ -28,7 +28,7 @@ def test_it_parses_and_lists_its_sections_without_arguments(tmp_path):
     listed = run(out=tmp_path)
     assert listed.returncode == 2
     for section in ("doctor", "gpu-tests", "floor", "readme", "readme-again", "ab", "ab-100", "replay-scale",
-                    "e2e-trace", "atlas", "replays", "replays-chat", "replays-more"):
+                    "e2e-trace", "atlas", "replays", "replays-chat", "replays-more", "replays-noise"):
         assert f"#   {section} " in listed.stdout, section
 
 

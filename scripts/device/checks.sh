@@ -53,6 +53,8 @@
 #   replays-more  510  spec-decode, prefix-low and long-mid replayed the same way: three more kinds of traffic
 #                      (speculative decoding, the prefix trace at a third of the load, prompts between
 #                      decode-heavy's and long-context's) for the rule's held-out check (issue 22)
+#   replays-noise 360  decode-heavy and chat-low with --replicates 2: is the per-step oracle real? then on the CPU,
+#                      benchmarks/oracle_repeat.py on each run (the oracle's picks from one replicate timed in the other)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:?set OUT to the folder whose files come back}"
@@ -148,6 +150,12 @@ for section in "$@"; do
         name=${t%%.*}
         run replay-$name 170 $AB replay scenarios/traces/${t%%:*} --mode graph --budget-ms 5 --replicates 1 \
           --exact-sample 20 --bucket-ratio ${t##*:} --out "$OUT/replays-more/$name"
+      done ;;
+    replays-noise)
+      for t in decode-heavy.jsonl:3 chat-low.jsonl.gz:2; do
+        name=${t%%.*}
+        run replay-$name-x2 180 $AB replay scenarios/traces/${t%%:*} --mode graph --budget-ms 5 --replicates 2 \
+          --exact-sample 20 --bucket-ratio ${t##*:} --out "$OUT/replays-noise/$name"
       done ;;
     replay-long) run replay-long-context 240 $AB replay scenarios/traces/long-context.jsonl.gz --mode graph --budget-ms 5 \
                    --replicates 1 --exact-sample 20 --bucket-ratio 3 --out "$OUT/replay-long/long-context" ;;
