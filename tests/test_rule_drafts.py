@@ -160,9 +160,11 @@ def test_a_run_older_than_the_digest_reads_a_trace_whose_steps_match_its_buckets
     ({"num_decode_seqs": 0, "batch_tokens": 64, "num_seqs": 1, "kind": "prefill"}, 0),
     ({"num_decode_seqs": 8, "batch_tokens": 32, "num_seqs": 8, "kind": "specdec", "spec_k": 4}, 4),
     ({"num_decode_seqs": 8, "batch_tokens": 72, "num_seqs": 9, "kind": "mixed", "spec_k": 4}, 1),
+    ({"num_decode_seqs": 8, "batch_tokens": 32, "num_seqs": 8, "kind": "specdec", "spec_k": ""}, None),
 ])
 def test_a_sweeps_older_rows_get_it_from_their_kind(row, expected):
-    assert _derived_decode_query(row, False, None) == expected
+    found = _derived_decode_query(row, False, None)
+    assert (found != found) if expected is None else found == expected
 
 
 @pytest.mark.parametrize("row, expected", [
@@ -189,3 +191,13 @@ def test_rule_loto_serves_the_refused_steps_on_vllms_default(tmp_path):
     assert result["refused"] == pytest.approx(42 / 78 * 100)
     assert totals["rule, else vLLM"] == pytest.approx(totals["oracle"]) and totals["rule"] > 1.5 * totals["oracle"]
     assert "53.8 % of the weight) served on vLLM's default" in table([result])
+
+
+@pytest.mark.parametrize("domain", [[], "all", {"shapes": [[32, 8]]}, {"shapes": [[32, 8, 128]], "max_decode_query_len": "4"},
+                                    {"shapes": [[32, 8, 128]], "max_decode_query_len": True}])
+def test_a_hand_edited_domain_is_a_one_line_error(tmp_path, domain):
+    _, out = fitted(tmp_path, "--max-depth", "1", run=spec_run(tmp_path / "run"))
+    record = json.loads((out / "rule.json").read_text())
+    (out / "rule.json").write_text(json.dumps({**record, "domain": domain}))
+    result = invoke("rule", "apply", out, tmp_path / "run")
+    assert result.exit_code != 0 and "domain is not" in result.output and "Traceback" not in result.output

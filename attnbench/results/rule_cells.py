@@ -173,7 +173,10 @@ def _derived_decode_query(row: dict, replay: bool, from_trace: dict[int, int] | 
     if decode == 0:
         return 0.0
     if not replay:
-        return float(min(int(row["spec_k"]), tokens or 0)) if row.get("kind") == "specdec" else 1.0
+        if row.get("kind") != "specdec":
+            return 1.0
+        spec_k = _count(row.get("spec_k"))
+        return float("nan") if spec_k is None or tokens is None else float(min(spec_k, tokens))
     step = _count(row.get("step"))
     if from_trace is not None and step in from_trace:
         return float(from_trace[step])

@@ -119,7 +119,22 @@ def read_rule(rule_dir: Path) -> dict:
         raise UsageError(f"RULE_DIR: {path}: the tree is nested too deep for a rule") from None
     except AttnbenchError as exc:
         raise UsageError(f"RULE_DIR: {path}: {exc}") from None
+    if not domain_ok(record.get("domain")):
+        raise UsageError(f"RULE_DIR: {path}: domain is not {{\"shapes\": [[heads, kv_heads, head_dim], ...], "
+                         f"\"max_decode_query_len\": a whole number or null}}: {record.get('domain')!r}")
     return record
+
+
+def domain_ok(found: object) -> bool:
+    """rule.json's domain as rule fit writes it; a rule.json without one (older) is fine."""
+    if found is None:
+        return True
+    if not isinstance(found, dict) or not isinstance(found.get("shapes"), list):
+        return False
+    whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0  # noqa: E731
+    longest = found.get("max_decode_query_len")
+    return all(isinstance(shape, list) and len(shape) == 3 and all(whole(v) for v in shape) for shape in found["shapes"]) \
+        and (longest is None or whole(longest))
 
 
 def run_rule_apply(rule_dir: Path, runs: list[Path], mode: str | None, console: Console, sampled: bool = False) -> None:
