@@ -4,7 +4,7 @@ clock could have made alone is `clock-shifted`, shown, not judged, and fails no 
 (results/verdicts.py).
 
 On the H200 two runs of the README's command, one after the other, moved graph rows with tight
-replicates by about what their median SM clock moved (docs/measurements/h200.md, "The README's main
+replicates by about what their median SM clock moved (docs/measurements/h200/ab.md, "The README's main
 command with replicates that stop"); these tests plant that shape.
 """
 

@@ -26,7 +26,7 @@ def fake(version: str) -> FakeFlashInfer:
 
 @pytest.mark.parametrize("version, how_pod, how_ba", [
     ("0.6.6", "measured", "measured"),
-    ("0.7.2.post1", "measured", "measured"),  # both reproducers ran on it (docs/measurements/h200.md)
+    ("0.7.2.post1", "measured", "measured"),  # both reproducers ran on it (docs/measurements/h200/kernel.md)
     ("0.7.4", "by reading it", "by reading it"), ("0.7.0", "not read; 0.6.6 and 0.7.4", "not read; 0.6.6 and 0.7.4"),
     ("0.9.0", "not checked", "not checked"), ("0.6.5", "not checked", "not checked"),
     ("nonsense", "not checked", "not checked")])

@@ -5,7 +5,7 @@ graph row, the same kernel, is `same`; calibrate leaves the first kind out of it
 
 On the H200 two runs of the same command, one after the other, moved small eager rows well past the
 threshold with tight replicates while their graph rows agreed, some of them under 1.25x their graph
-row in one run (docs/measurements/h200.md, "The README's main command with replicates that stop");
+row in one run (docs/measurements/h200/ab.md, "The README's main command with replicates that stop");
 these tests plant that shape.
 """
 

@@ -4,7 +4,7 @@ column get it from the replay's trace or from their other columns.
 
 Why: on the H200 a rule fitted on six traces without drafts, held out on a speculative trace, sent
 its steps to FlashInfer split (whose decode kernel takes one query token, so every draft row goes to
-its prefill kernel) and lost 117 % against the oracle (docs/measurements/h200.md). The synthetic
+its prefill kernel) and lost 117 % against the oracle (docs/measurements/h200/rule.md). The synthetic
 cells here: 4 decode rows and a 64-token chunk; odd cells give every decode row 3 drafts. FlashInfer
 split costs 1 ms on plain cells and 5 on speculative ones, vllm-fa3 unified 2, vllm-fa3 split 3.
 """

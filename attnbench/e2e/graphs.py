@@ -10,7 +10,7 @@ Buckets. A step's bucket is a graphsafe.Bucket: unified counts tokens and sequen
 up: tokens to a power of two or the engine's largest step, sequences to nano-vllm's batch buckets),
 and a decode-only step has buckets of its own at max_seqlen_q 1 (as vLLM's uniform-decode graphs;
 with the token bucket's max_seqlen_q, FA2 leaves its grouped-query decode path and its decode
-steps are slower: docs/measurements/h200.md);
+steps are slower: docs/measurements/h200/e2e.md);
 split buckets its decode part (decode sequences) and its prefill part (prefill tokens, prefill
 sequences) separately, as its two launches need, a part absent from the step being absent from
 the bucket. The static q rows are graphsafe's: split's decode rows first (the decode bucket's

@@ -43,7 +43,7 @@ CPU_DEFAULTS: dict[str, object] = dict(model="tiny", input_len=[16], output_len=
 MIN_ITERS = 6  # the fewest runs whose range is a 95 % interval of the median (e2e/stopping.py)
 # --precision: the half-width of the p50's 95 % interval within 2 % of it. On a power-capped GPU a
 # request's latency moves by about that much from run to run, and a tighter default sends most rows
-# to --iters (docs/measurements/h200.md); pass --precision 0.01 to resolve 1 % at that cost.
+# to --iters (docs/measurements/h200/e2e.md); pass --precision 0.01 to resolve 1 % at that cost.
 PRECISION = 0.02
 
 

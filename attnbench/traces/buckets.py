@@ -15,7 +15,7 @@ w (a + b.x + c.x^2)); one median step, as before, was biased low when the sizes 
 bin (median below mean). Sums alone (no squares) were exact for an affine time only, and the
 reduction keeps the bucket's extreme steps (it zeroes weights among the farthest from the mean,
 and the ones that survive those moves are far out): on a convex time they read high (the H200's
-split strategies did, docs/measurements/h200.md, the replay section). The longest KV length
+split strategies did, docs/measurements/h200/replay.md, the replay section). The longest KV length
 is there because a split kernel's time follows it (its splits and its longest row). How far the
 estimate is from timing each step is measured, not assumed: `sample_steps` draws the steps a
 replay also times one by one (results/replay.py compares the two).
@@ -24,7 +24,7 @@ Why large buckets are split (`split`): a kernel's time is affine in those sizes 
 step also has a residual of its own (how its requests' lengths fall into the kernel's tiles and
 splits: a few % per step). Five representatives standing for thousands of steps carry their five
 residuals into the total at full weight, so a bucket holding half a trace was off by several %
-(docs/measurements/h200.md, the replay section's re-analysis). A bucket of more than 1/`split` of
+(docs/measurements/h200/replay.md, the replay section's re-analysis). A bucket of more than 1/`split` of
 the trace's steps (and more than MIN_PIECE) is cut into near-equal pieces along its most spread
 work size, again and again (a k-d split), and each piece gets its own representatives: the points
 go where the steps are, and the pieces stay compact in every size.

@@ -21,7 +21,7 @@ import dataclasses
 
 from packaging.version import InvalidVersion, Version
 
-MEASURED = Version("0.6.6")  # the release both bugs were first measured on (docs/measurements/h200.md)
+MEASURED = Version("0.6.6")  # the release both bugs were first measured on (docs/measurements/h200/kernel.md)
 READ = (Version("0.7.2"), Version("0.7.4"))  # releases whose sources were read: the same lines
 
 
