@@ -6,8 +6,10 @@ results.csv a kernel sweep's with the cell's coordinates before it) already hold
 backend x strategy per batch. A cell is that batch; its choices are the backend x strategy rows
 that passed their check (a failed, skipped or erroring row is not a choice for that cell), each
 at its median time. Its features are what the rows carry about the batch and what a serving
-engine knows before a step runs (FEATURES; `feature_values` computes them from the step's
-lengths, the same way, so the exported function and the fit agree). A replay cell is one of a
+engine knows before a step runs (rule_features.py: FEATURES, computed from the rows' totals by the
+code rule.py embeds, so the exported function and the fit agree; older rows' context columns come
+from rule_context.py). The rows are checked for what rule.json will hold (check_rows: known modes,
+backends and strategies, one GPU, one version of each library). A replay cell is one of a
 bucket's representative steps and weighs the steps it stands for (its row's `steps`; a bucket's
 weights add up to its count in buckets.csv), a sweep cell weighs 1.
 """
