@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,8 @@ import pytest
 
 from attnbench.kernels.rows import BatchColumns
 from attnbench.kernels.workload import SweepPoint, build_batch
-from attnbench.results.rule_cells import _derived_decode_query, read_cells
+from attnbench.results.rule_cells import read_cells
+from attnbench.results.rule_context import _derived_decode_query
 from attnbench.results.rule_fit import predict
 from bad_input_cli import invoke
 from rule_fixtures import write_run
@@ -163,7 +165,7 @@ def test_a_run_older_than_the_digest_reads_a_trace_whose_steps_match_its_buckets
     ({"num_decode_seqs": 8, "batch_tokens": 32, "num_seqs": 8, "kind": "specdec", "spec_k": ""}, None),
 ])
 def test_a_sweeps_older_rows_get_it_from_their_kind(row, expected):
-    found = _derived_decode_query(row, False, None)
+    found = _derived_decode_query(row, False)
     assert (found != found) if expected is None else found == expected
 
 
@@ -174,7 +176,7 @@ def test_a_sweeps_older_rows_get_it_from_their_kind(row, expected):
     ({"num_decode_seqs": 5, "batch_tokens": 84, "num_seqs": 6, "step": 0}, None),  # no chunk length to take off
 ])
 def test_a_replays_older_rows_without_their_trace(row, expected):
-    found = _derived_decode_query(row, True, None)
+    found = _derived_decode_query(row, True)
     assert (found != found) if expected is None else found == expected
 
 
@@ -194,10 +196,14 @@ def test_rule_loto_serves_the_refused_steps_on_vllms_default(tmp_path):
 
 
 @pytest.mark.parametrize("domain", [[], "all", {"shapes": [[32, 8]]}, {"shapes": [[32, 8, 128]], "max_decode_query_len": "4"},
-                                    {"shapes": [[32, 8, 128]], "max_decode_query_len": True}])
+                                    {"shapes": [[32, 8, 128]], "max_decode_query_len": True},
+                                    {"shapes": [], "max_decode_query_len": 4}, {"shapes": [[32, 8, 128]]},
+                                    {"shapes": [[32, 8, 128]], "max_decode_query_len": 0}, None, "absent"])
 def test_a_hand_edited_domain_is_a_one_line_error(tmp_path, domain):
     _, out = fitted(tmp_path, "--max-depth", "1", run=spec_run(tmp_path / "run"))
     record = json.loads((out / "rule.json").read_text())
-    (out / "rule.json").write_text(json.dumps({**record, "domain": domain}))
+    record = {k: v for k, v in record.items() if k != "domain"} if domain == "absent" else {**record, "domain": domain}
+    (out / "rule.json").write_text(json.dumps(record))
     result = invoke("rule", "apply", out, tmp_path / "run")
-    assert result.exit_code != 0 and "domain is not" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 1 and result.output.startswith("error: RULE_DIR: ") and "Traceback" not in result.output
+    assert re.search(r"domain(\.\w+)? is", result.output) and len(result.output.strip().splitlines()) == 1

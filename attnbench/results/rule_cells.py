@@ -6,8 +6,10 @@ results.csv a kernel sweep's with the cell's coordinates before it) already hold
 backend x strategy per batch. A cell is that batch; its choices are the backend x strategy rows
 that passed their check (a failed, skipped or erroring row is not a choice for that cell), each
 at its median time. Its features are what the rows carry about the batch and what a serving
-engine knows before a step runs (FEATURES; `feature_values` computes them from the step's
-lengths, the same way, so the exported function and the fit agree). A replay cell is one of a
+engine knows before a step runs (rule_features.py: FEATURES, computed from the rows' totals by the
+code rule.py embeds, so the exported function and the fit agree; older rows' context columns come
+from rule_context.py). The rows are checked for what rule.json will hold (check_rows: known modes,
+backends and strategies, one GPU, one version of each library). A replay cell is one of a
 bucket's representative steps and weighs the steps it stands for (its row's `steps`; a bucket's
 weights add up to its count in buckets.csv), a sweep cell weighs 1.
 """
@@ -15,6 +17,7 @@ weights add up to its count in buckets.csv), a sweep cell weighs 1.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,55 +28,15 @@ from attnbench.kernels.workload import SweepPoint
 from attnbench.results.atlas_cells import CELL_COLUMNS
 from attnbench.results.read import load_run
 from attnbench.results.replay import read_steps
+from attnbench.results.rule_context import CONTEXT_COLUMNS, context_columns, count
+from attnbench.results.rule_features import FEATURES, feature_values  # noqa: F401 (the fit's names for them)
+from attnbench.results.rule_schema import BACKENDS, MODES, STRATEGIES, known_backend
+from attnbench.results.schema import read_env
 
-# name -> meaning; a decode row counts one query token, and a speculative row's drafts count with
-# prefill_tokens (the rows carry the batch's totals, not each row's query length; rule.py's
-# draft_tokens argument counts them the same way)
-FEATURES = {
-    "decode_rows": "decode rows (sequences sent to the decode kernel by split)",
-    "prefill_tokens": "query tokens of the other rows (prefill chunks), plus speculative drafts",
-    "decode_share": "decode rows over all query tokens",
-    "num_seqs": "sequences in the step",
-    "total_kv_tokens": "KV tokens of every sequence, summed",
-    "max_kv_len": "the longest sequence's KV length",
-    "mean_kv_len": "total KV tokens over sequences",
-    "decode_kv_tokens": "KV tokens of the decode rows, summed (what split's decode kernel reads)",
-    "mean_decode_kv_len": "decode_kv_tokens over decode rows",
-    "prefill_kv_tokens": "KV tokens of the other rows, summed",
-    "max_prefill_query_len": "the longest prefill chunk's query tokens",
-    "decode_query_len": "the decode rows' query tokens each: 1, or 1 + the drafts with speculative decoding "
-                        "(0 without decode rows)",
-    "num_heads": "query heads",
-    "gqa_group": "query heads per KV head",
-    "head_dim": "head dim",
-}
-# the columns that tell a batch's two halves apart, five of FEATURES read off them; rows written before
-# they existed lack them, and a fit over such rows goes without those features, and says so
-# (decode_query_len is worked out for older rows where their other columns or the replay's trace
-# tell it: _decode_query_lens)
-CONTEXT_COLUMNS = ["decode_kv_tokens", "max_prefill_query_len", "decode_query_len"]
 ABOUT = ("device", "gpu", "backend", "library", "library_version", "mode", "dtype")
 POINT_COLUMNS = [name for name in SweepPoint.__dataclass_fields__]
 BATCH_COLUMNS = ["batch_tokens", "num_decode_seqs", "num_seqs", "max_kv_len", "total_kv_tokens",
                  "num_heads", "num_kv_heads", "head_dim"]
-
-
-def feature_values(decode_rows: int, query_tokens: int, num_seqs: int, total_kv: int, max_kv: int,
-                   num_heads: int, num_kv_heads: int, head_dim: int, decode_kv: int | None = None,
-                   max_prefill_query: int | None = None, decode_query: int | None = None) -> dict[str, float]:
-    """FEATURES of one batch from its sizes (rule.py computes the same from the step's lengths);
-    without decode_kv, max_prefill_query or decode_query (older rows), those read off them are NaN."""
-    nan = float("nan")
-    return {"decode_rows": decode_rows, "prefill_tokens": query_tokens - decode_rows,
-            "decode_share": decode_rows / query_tokens if query_tokens else 0.0, "num_seqs": num_seqs,
-            "total_kv_tokens": total_kv, "max_kv_len": max_kv, "mean_kv_len": total_kv / num_seqs if num_seqs else 0.0,
-            "decode_kv_tokens": nan if decode_kv is None else decode_kv,
-            "mean_decode_kv_len": nan if decode_kv is None else decode_kv / decode_rows if decode_rows else 0.0,
-            "prefill_kv_tokens": nan if decode_kv is None else total_kv - decode_kv,
-            "max_prefill_query_len": nan if max_prefill_query is None else max_prefill_query,
-            "decode_query_len": nan if decode_query is None else decode_query,
-            "num_heads": num_heads, "gqa_group": num_heads / num_kv_heads if num_kv_heads else 0.0,
-            "head_dim": head_dim}
 
 
 @dataclass
@@ -120,21 +83,73 @@ def run_cells(path: Path, mode: str | None, number: int, part: str = "bucket") -
     chosen = chosen.dropna(subset=["median_ms", *BATCH_COLUMNS])
     if chosen.empty:
         raise AttnbenchError(f"RUN: {path} holds no passing timed rows{f' in mode {mode}' if mode else ''}")
-    if chosen["mode"].nunique() > 1:
-        raise AttnbenchError(f"RUN: {path} holds rows of modes {', '.join(sorted(chosen['mode'].unique()))}; "
-                             "give --mode to fit on one")
+    chosen = check_rows(path, chosen)
+    about = _run_env(path, replay)
     buckets = replay and part == "bucket"  # cells weighed by the steps they stand for; else each weighs 1
     key = (["bucket", "step"] if buckets else ["step"] if replay else [c for c in POINT_COLUMNS if c in chosen.columns]) \
         + [c for c in ("l2",) if c in chosen.columns]  # a cold and a warm L2 are two cells
     cell = chosen[key].astype(str).agg("|".join, axis=1)
     long = chosen.assign(cell=f"{number}:" + cell, choice=chosen["backend"] + " " + chosen["strategy"],
-                         decode_query_len=_decode_query_lens(path, chosen, replay))
+                         **context_columns(path, chosen, replay, about))
     weights = _replay_weights(path, long) if buckets else pd.Series(1.0, index=long["cell"].unique())
     kind = "replay" if replay else "atlas" if {"round", *CELL_COLUMNS} <= set(rows.columns) else "kernel sweep"
     info = {"path": str(path), "kind": kind if part == "bucket" else "replay's sampled steps", "mode": str(long["mode"].iloc[0]),
-            "gpu": "cpu" if (long["device"].astype(str) == "cpu").all() else ", ".join(sorted(long["gpu"].astype(str).unique())),
-            "trace": _trace_of(path) if replay else None}
+            "gpu": str(long["gpu"].iloc[0]), "trace": about["trace"] if about else None}
     return long.assign(weight=long["cell"].map(weights)), info
+
+
+def check_rows(path: Path, rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows a rule is fitted on name what rule.json will hold: a timing mode, a backend and a
+    strategy attnbench knows, one GPU (a CPU row's is "cpu") and one version of each backend's library.
+    A run that mixes GPUs or versions, or names what no attnbench writes, is refused in one line."""
+    modes = sorted(set(rows["mode"].astype(str)))
+    if len(modes) > 1 and set(modes) <= set(MODES):
+        raise AttnbenchError(f"RUN: {path} holds rows of modes {', '.join(modes)}; give --mode to fit on one")
+    for column, known in (("mode", MODES), ("strategy", STRATEGIES), ("backend", None)):
+        strange = sorted(v for v in set(rows[column].astype(str)) if not (v in known if known else known_backend(v)))
+        if strange:
+            listed = ", ".join(known or BACKENDS)
+            raise AttnbenchError(f"RUN: {path}'s results.csv has {column} {strange[0][:80]!r}, not one of {listed}")
+    rows = rows.assign(gpu=rows["gpu"].where(rows["device"].astype(str) != "cpu", "cpu"))
+    if rows["gpu"].isna().any() or (rows["gpu"].astype(str).str.strip() == "").any():
+        raise AttnbenchError(f"RUN: {path}'s results.csv has rows without a GPU name (gpu): a rule holds for one GPU")
+    mixed(path, rows)
+    return rows
+
+
+def mixed(where: object, rows: pd.DataFrame) -> None:
+    """AttnbenchError when the rows ran on several GPUs, or a backend at several library versions."""
+    gpus = sorted(set(rows["gpu"].astype(str)))
+    if len(gpus) > 1:
+        raise AttnbenchError(f"RUN: {where} holds rows of GPUs {', '.join(repr(g[:80]) for g in gpus)}; a rule holds "
+                             "for one: fit one rule per GPU")
+    versions = rows.assign(v=rows["library_version"].astype(str)).groupby("backend")["v"].unique()
+    for backend, found in versions.items():
+        if len(found) > 1:
+            raise AttnbenchError(f"RUN: {where} holds rows of {backend} at library versions "
+                                 f"{', '.join(repr(v[:80]) for v in sorted(found))}; a rule holds for one version of "
+                                 "each: fit one rule per version")
+
+
+def _run_env(path: Path, replay: bool) -> dict | None:
+    """A run's env.json checked against its schema (a sweep may have none); of a replay, its replay
+    entry, checked too: the trace it ran (its path, and its sha256 where recorded)."""
+    where = path / "env.json"
+    if not os.path.lexists(where):
+        if replay:
+            raise AttnbenchError(f"RUN: {path} is a replay run without env.json (the replay writes it: the trace it ran)")
+        return None
+    if not where.is_file():
+        raise AttnbenchError(f"RUN: {where} is not a file")
+    env = read_env(where, f"RUN: {where}")
+    if not replay:
+        return None
+    about = env.get("replay")
+    if not isinstance(about, dict) or not isinstance(about.get("trace"), str) or not about["trace"].strip():
+        raise AttnbenchError(f"RUN: {where} has no replay.trace (the path of the trace the replay ran)")
+    if about.get("sha256") is not None and not re.fullmatch(r"[0-9a-f]{64}", str(about["sha256"])):
+        raise AttnbenchError(f"RUN: {where}: replay.sha256 is not a sha256 digest: {str(about['sha256'])[:80]!r}")
+    return about
 
 
 def _replay_weights(path: Path, long: pd.DataFrame) -> pd.Series:
@@ -152,87 +167,6 @@ def _replay_weights(path: Path, long: pd.DataFrame) -> pd.Series:
     return long.drop_duplicates("cell").set_index("cell")["steps"].astype(float)
 
 
-def _decode_query_lens(path: Path, rows: pd.DataFrame, replay: bool) -> pd.Series:
-    """Each row's decode query length (FEATURES): its decode_query_len where it has one; for rows
-    written before that column, what the rest of the row tells: 0 without decode rows; a sweep's or
-    atlas's kind (specdec: spec_k, else 1); a replay's step in its trace, when the file env.json names
-    is there with the same sha256; else the decode rows' share of the batch's tokens when at most one
-    other row shares it. NaN where none of these tells (the fit then goes without the feature)."""
-    given = pd.to_numeric(rows["decode_query_len"], errors="coerce") if "decode_query_len" in rows \
-        else pd.Series(float("nan"), index=rows.index)
-    missing = given.isna()
-    if not missing.any():
-        return given
-    from_trace = _trace_decode_query(path) if replay else None
-    derived = [_derived_decode_query(row, replay, from_trace) for row in rows[missing].to_dict("records")]
-    return given.where(~missing, pd.Series(derived, index=rows.index[missing], dtype=float))
-
-
-def _derived_decode_query(row: dict, replay: bool, from_trace: dict[int, int] | None) -> float:
-    decode, tokens, seqs = (_count(row.get(c)) for c in ("num_decode_seqs", "batch_tokens", "num_seqs"))
-    if decode == 0:
-        return 0.0
-    if not replay:
-        if row.get("kind") != "specdec":
-            return 1.0
-        spec_k = _count(row.get("spec_k"))
-        return float("nan") if spec_k is None or tokens is None else float(min(spec_k, tokens))
-    step = _count(row.get("step"))
-    if from_trace is not None and step in from_trace:
-        return float(from_trace[step])
-    longest = _count(row.get("max_prefill_query_len"))
-    if None in (decode, tokens, seqs) or seqs - decode > 1 or (seqs > decode and longest is None):
-        return float("nan")
-    return (tokens - (longest if seqs > decode else 0)) / decode
-
-
-def _trace_decode_query(path: Path) -> dict[int, int] | None:
-    """step -> its decode rows' query length, read from the trace a replay's env.json names when that
-    file's sha256 is the one recorded (a run older than the digest: when every step of its
-    buckets.csv has the trace's sizes); else None. A relative path was relative to where the replay
-    ran: it is looked for from here, then from each folder above the run (a run kept under the
-    project that holds its trace)."""
-    import hashlib
-    import json
-
-    from attnbench.traces.jsonl import read_trace
-
-    try:
-        about = json.loads((path / "env.json").read_text())["replay"]
-        given, digest = Path(about["trace"]), about.get("sha256")
-        places = [given] if given.is_absolute() else [given, *(folder / given for folder in path.resolve().parents)]
-        for place in places:
-            if not place.is_file() or (digest and hashlib.sha256(place.read_bytes()).hexdigest() != digest):
-                continue
-            batches = [step.batch() for step in read_trace(place).steps]
-            if digest or _same_steps(batches, read_steps(path)):  # no digest (older runs): buckets.csv's sizes
-                return {number: max((q for q, d in zip(b.query_lens, b.is_decode) if d), default=0)
-                        for number, b in enumerate(batches)}
-    except (OSError, ValueError, KeyError, TypeError, AttnbenchError):
-        return None
-    return None
-
-
-def _same_steps(batches: list, steps: pd.DataFrame) -> bool:
-    """Every step buckets.csv lists has the decode rows, query tokens and KV tokens of the trace's."""
-    for step, decode, query, kv in steps[["step", "decode_rows", "query_tokens", "kv_tokens"]].itertuples(index=False):
-        if not 0 <= step < len(batches):
-            return False
-        batch = batches[step]
-        if (batch.num_decode_seqs, batch.num_tokens, sum(batch.kv_lens)) != (decode, query, kv):
-            return False
-    return True
-
-
-def _trace_of(path: Path) -> str | None:
-    import json
-
-    try:
-        return json.loads((path / "env.json").read_text())["replay"]["trace"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 def read_cells(paths: list[Path], mode: str | None, part: str = "bucket") -> Cells:
     """Every run's cells, side by side; the choices are every backend x strategy any cell has.
     part: of each replay, its bucket representatives or its sampled steps (run_cells)."""
@@ -247,17 +181,21 @@ def read_cells(paths: list[Path], mode: str | None, part: str = "bucket") -> Cel
             raise AttnbenchError(f"RUN: the runs hold rows of different {what} ({listed}); a rule holds for one: "
                                  + ("give --mode" if what == "modes" else "fit one rule per GPU"))
     long = pd.concat(parts, ignore_index=True)
+    mixed("the runs", long)
     times = long.pivot_table(index="cell", columns="choice", values="median_ms", aggfunc="median")
     first = long.drop_duplicates("cell").set_index("cell").reindex(times.index)
     features = pd.DataFrame([feature_values(*(int(r[c]) for c in ("num_decode_seqs", "batch_tokens", "num_seqs",
                                                                     "total_kv_tokens", "max_kv_len", "num_heads",
                                                                     "num_kv_heads", "head_dim")),
-                                            *(_count(r.get(c)) for c in CONTEXT_COLUMNS))
+                                            *(count(r.get(c)) for c in CONTEXT_COLUMNS))
                              for _, r in first.iterrows()], index=times.index)
     lacking = [name for name in features.columns if features[name].isna().any()]
     if times.shape[1] < 2:
         raise AttnbenchError(f"RUN: the runs hold one choice ({times.columns[0]}) that passed: nothing to choose "
                              "between")
+    if not (times.notna().sum(axis=1) > 1).any():
+        raise AttnbenchError(f"RUN: no cell has two choices that passed ({', '.join(times.columns)} each passed on "
+                             "other cells): nothing to choose between")
     libraries = {str(b): str(v) for b, v in long.drop_duplicates("backend")[["backend", "library_version"]]
                  .itertuples(index=False)}
     run_of = pd.Series([int(cell.split(":")[0]) for cell in times.index], index=times.index)
@@ -267,11 +205,3 @@ def read_cells(paths: list[Path], mode: str | None, part: str = "bucket") -> Cel
                  sorted(long["gpu"].dropna().astype(str).unique()), libraries,
                  long[[c for c in ABOUT if c in long.columns]].drop_duplicates(), lacking, shapes)
 
-
-def _count(value) -> int | None:
-    """A context column's value as an int; None where the row lacks it (a blank, or no such column)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return int(number) if number == number else None

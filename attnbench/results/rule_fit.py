@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from attnbench.errors import UsageError
+from attnbench.results.rule_features import walk
 
 WEIGHTINGS = {
     "gap": "steps x (second-best - best time): what the nearest mistake costs",
@@ -36,6 +37,7 @@ BALANCES = {
 }
 BALANCE = "runs"
 MAX_DEPTH = 8  # deeper is no longer a rule a person reads
+MAX_FOLDS = 100
 DEPTH = 6  # rule fit's default depth (docs/guides/rule.md, "Held-out traces": the H200's held-out tables)
 # the least share of the fit's weight (of the kept weighting) a leaf may hold; none by default: fitted
 # on an atlas and several replays, a floor cost more held out than it saved (docs/guides/rule.md)
@@ -114,13 +116,6 @@ def _sample_weights(times: pd.DataFrame, weights: pd.Series, how: str) -> np.nda
     else:
         cost = np.ones(len(best))
     return weights.to_numpy() * cost
-
-
-def walk(node: dict, values: dict) -> dict:
-    """The leaf a cell's feature values reach (`le`: the value is at most the threshold)."""
-    while "choice" not in node:
-        node = node["le"] if values[node["feature"]] <= node["threshold"] else node["gt"]
-    return node
 
 
 def predict(tree: dict, features: pd.DataFrame) -> pd.Series:
@@ -215,27 +210,7 @@ def tree_words(node: dict, depth: int = 0) -> list[str]:
 
 
 def tree_features(node: dict) -> set[str]:
-    """The features a (checked) tree splits on."""
+    """The features a (checked: rule_schema.check_tree) tree splits on."""
     if "choice" in node:
         return set()
     return {node["feature"]} | tree_features(node["le"]) | tree_features(node["gt"])
-
-
-def check_tree(node: object, features: set[str], where: str = "tree") -> None:
-    """A tree read back from rule.json: every node a leaf with a choice ("backend strategy") or a
-    split on a known feature at a number; AttnbenchError naming the node otherwise."""
-    from attnbench.errors import AttnbenchError
-
-    if not isinstance(node, dict):
-        raise AttnbenchError(f"{where} is not an object")
-    if "choice" in node:
-        if not isinstance(node["choice"], str) or len(node["choice"].split(" ")) != 2:
-            raise AttnbenchError(f"{where}.choice is not \"backend strategy\": {node['choice']!r}")
-        return
-    threshold = node.get("threshold")
-    if node.get("feature") not in features:
-        raise AttnbenchError(f"{where}.feature is not one of {', '.join(sorted(features))}: {node.get('feature')!r}")
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
-        raise AttnbenchError(f"{where}.threshold is not a finite number: {threshold!r}")
-    for branch in ("le", "gt"):
-        check_tree(node.get(branch), features, f"{where}.{branch}")

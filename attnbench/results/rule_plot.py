@@ -31,8 +31,8 @@ def plot_rule(cells: Cells, tables: dict[str, list[Line]], path: Path) -> Path:
         ax.set_yticks(range(len(shown)), names, fontsize=7)
         ax.invert_yaxis()
         ax.set_xlabel("regret over the per-cell oracle, %")
-        ax.set_title(scope, fontsize=9)
-    heading = title("Dispatch rule vs static choices", cells.about,
-                    settings_text(cells.about, [("dtype", ""), ("mode", "")]),
+        ax.set_title(scope, fontsize=9, parse_math=False)  # a trace's name is the run's text, not mathtext
+    about = cells.about.map(lambda v: v.replace("$", r"\$") if isinstance(v, str) else v)  # a GPU name likewise
+    heading = title("Dispatch rule vs static choices", about, settings_text(about, [("dtype", ""), ("mode", "")]),
                     "green: the rule; orange: best single choice and the engines' defaults")
     return finish(fig, axes, heading, path)

@@ -1,8 +1,8 @@
 """What a fitted rule is and what it costs, written down: the regret table, rule.json, rule.py, summary.md.
 
 Why these three: rule.json is the tree as data (features, thresholds, the GPU and the library
-versions it holds for, the runs it came from), for tools; rule.py is the same tree as one
-standard-library function a serving engine can paste; summary.md puts the rule beside the static
+versions it holds for, the runs it came from), for tools; rule.py (rendered from it by
+rule_export.py) is the same tree with one standard-library function a serving engine can paste; summary.md puts the rule beside the static
 choices a serving engine makes today (vLLM's default, FlashInfer's always-split, the best single
 choice) and the per-cell oracle, each with its regret, on all cells and on each replayed trace.
 """
@@ -16,7 +16,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from attnbench.results.figures import CPU_MARK, is_cpu
-from attnbench.results.rule_cells import CONTEXT_COLUMNS, FEATURES, Cells
+from attnbench.results.rule_cells import Cells
+from attnbench.results.rule_context import CONTEXT_COLUMNS
+from attnbench.results.rule_features import FEATURES, refusal
 from attnbench.results.rule_fit import BALANCES, WEIGHTINGS, regret, static_choices, tree_words, vllm_default
 
 FLASHINFER_DEFAULT = "flashinfer split"
@@ -81,18 +83,15 @@ def domain(cells: Cells) -> dict:
 
 def outside(record: dict, features: pd.DataFrame) -> pd.Series:
     """The cells rule.py refuses (True): their shape, or their decode rows' query length, lies beyond
-    the rule's domain. A rule.json written before domains refuses nothing."""
-    found = record.get("domain") or {}
-    shapes, longest = found.get("shapes"), found.get("max_decode_query_len")
-    refused = pd.Series(False, index=features.index)
-    if shapes:
-        heads = features["num_heads"].astype(int)
-        kv = (features["num_heads"] / features["gqa_group"]).round().astype(int)
-        refused |= ~pd.Series([[h, k, int(d)] in shapes for h, k, d in zip(heads, kv, features["head_dim"])],
-                              index=features.index)
-    if longest is not None and "decode_query_len" in features:
-        refused |= features["decode_query_len"] > longest
-    return refused
+    the rule's domain (rule_features.refusal, the check rule.py makes). Rows that cannot tell the
+    decode query length are refused by shape alone."""
+    found = record["domain"]
+    longest = found["max_decode_query_len"] if "decode_query_len" in features else None
+    queries = features["decode_query_len"] if "decode_query_len" in features else pd.Series(0, index=features.index)
+    kv = (features["num_heads"] / features["gqa_group"]).round()
+    return pd.Series([refusal(found["shapes"], longest, int(h), int(k), int(d), q) is not None
+                      for h, k, d, q in zip(features["num_heads"], kv, features["head_dim"], queries)],
+                     index=features.index)
 
 
 def rule_json(tree: dict, cells: Cells, fit: dict, tables: dict[str, list[Line]]) -> dict:
@@ -101,64 +100,6 @@ def rule_json(tree: dict, cells: Cells, fit: dict, tables: dict[str, list[Line]]
             "library_versions": cells.libraries, "runs": cells.runs, "fit": fit,
             "regret_pct": {scope: {f"{l.name} [{l.choice}]": None if math.isnan(l.regret_pct) else round(l.regret_pct, 3)
                                    for l in lines} for scope, lines in tables.items()}}
-
-
-def rule_py(tree: dict, cells: Cells, fit: dict) -> str:
-    """rule.py: `choose(...)` with the tree as nested ifs, behind the domain's checks; the standard
-    library only."""
-    body, limits = _code(tree, 1), domain(cells)
-    shapes = ", ".join(repr(tuple(shape)) for shape in limits["shapes"])
-    longest = limits["max_decode_query_len"]
-    drafts = ("    if decode_query_len > MAX_DECODE_QUERY_LEN:\n"
-              "        raise ValueError(f\"this rule was fitted on decode rows of at most {MAX_DECODE_QUERY_LEN} query \"\n"
-              "                         f\"token(s) ({MAX_DECODE_QUERY_LEN - 1} draft(s)), not {decode_query_len:g}: \"\n"
-              "                         \"fit one on a replay of this speculative decoding\")\n") if longest is not None else ""
-    return f'''"""A dispatch rule fitted by `attnbench rule fit` (max depth {fit["max_depth"]}, {fit["mode"]} mode).
-
-Holds for GPU {", ".join(cells.gpus) or "unknown"} with {", ".join(f"{b} {v}" for b, v in cells.libraries.items())}.
-Standard library only: paste `choose` into a serving engine. It answers only for what it was fitted
-on: another attention shape{", or decode rows with more drafts than it saw," if longest is not None else ""} is a ValueError
-(the engine's own default is the answer there), not a guess.
-"""
-
-SHAPES = {{{shapes}}}  # (heads, KV heads, head dim) the rule was measured on
-MAX_DECODE_QUERY_LEN = {longest}  # {"the longest decode-row query it was measured on: 1 + drafts" if longest is not None else "unknown: its rows predate the column, so no limit"}
-
-
-def choose(decode_kv_lens, prefill_query_lens, prefill_kv_lens, num_heads, num_kv_heads, head_dim, draft_tokens=0):
-    """(backend, strategy) for one step: its decode rows' KV lengths, its prefill chunks' query and
-    KV lengths, and the attention shape. With speculative decoding, draft_tokens is the step's draft
-    tokens summed over its decode rows (each row's query tokens beyond its first; the rows share one
-    count): the rows the rule was fitted on count them with the prefill tokens, and so does this
-    function. ValueError where the step lies outside what the rule was fitted on."""
-    if (num_heads, num_kv_heads, head_dim) not in SHAPES:
-        raise ValueError(f"this rule was fitted on (heads, KV heads, head dim) in {{sorted(SHAPES)}}, not "
-                         f"{{(num_heads, num_kv_heads, head_dim)}}: fit one on rows of that shape")
-    decode_rows = len(decode_kv_lens)
-    decode_query_len = 1 + draft_tokens / decode_rows if decode_rows else 0
-{drafts}    prefill_tokens = sum(prefill_query_lens) + draft_tokens
-    query_tokens = decode_rows + prefill_tokens
-    kv_lens = list(decode_kv_lens) + list(prefill_kv_lens)
-    num_seqs = len(kv_lens)
-    total_kv_tokens = sum(kv_lens)
-    max_kv_len = max(kv_lens, default=0)
-    mean_kv_len = total_kv_tokens / num_seqs if num_seqs else 0.0
-    decode_kv_tokens = sum(decode_kv_lens)
-    mean_decode_kv_len = decode_kv_tokens / decode_rows if decode_rows else 0.0
-    prefill_kv_tokens = sum(prefill_kv_lens)
-    max_prefill_query_len = max(prefill_query_lens, default=0)
-    decode_share = decode_rows / query_tokens if query_tokens else 0.0
-    gqa_group = num_heads / num_kv_heads if num_kv_heads else 0.0
-{body}'''
-
-
-def _code(node: dict, depth: int) -> str:
-    pad = "    " * depth
-    if "choice" in node:
-        backend, strategy = node["choice"].split(" ", 1)
-        return f"{pad}return ({backend!r}, {strategy!r})\n"
-    return (f"{pad}if {node['feature']} <= {node['threshold']!r}:\n{_code(node['le'], depth + 1)}"
-            f"{pad}else:\n{_code(node['gt'], depth + 1)}")
 
 
 CPU_NOTE = "the reference backend's CPU timings show the pipeline works and say nothing about a GPU"

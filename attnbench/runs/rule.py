@@ -10,23 +10,26 @@ the directory is touched. The fit and the report are results/rule_*.py.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 
 from attnbench.errors import AttnbenchError, UsageError
+from attnbench.kernels.choices import MODES
 from attnbench.results.figures import CPU_MARK, is_cpu
-from attnbench.results.rule_cells import FEATURES, read_cells
-from attnbench.results.rule_fit import (BALANCE, DEPTH, MIN_LEAF, check_balance, check_depth, check_min_leaf, check_tree,
+from attnbench.results.rule_cells import read_cells
+from attnbench.results.rule_export import rule_py
+from attnbench.results.rule_fit import (BALANCE, DEPTH, MAX_FOLDS, MIN_LEAF, check_balance, check_depth, check_min_leaf,
                                         cross_validated, fit_tree, fit_weights, predict, regret, tree_features,
                                         vllm_default)
 from attnbench.results.rule_plot import plot_rule
-from attnbench.results.rule_report import (CPU_NOTE, dumps, lacking_note, outside, regret_lines, rule_json, rule_py,
-                                           scopes, summary_md, table_md)
+from attnbench.results.rule_report import (CPU_NOTE, dumps, lacking_note, outside, regret_lines, rule_json, scopes,
+                                           summary_md, table_md)
+from attnbench.results.rule_schema import check_rule
 from attnbench.runs.rundir import RunDir
 
-MAX_FOLDS = 100
 DRAWS = 5  # fold draws (seeds seed..seed+4): how much the held-out regret moves with the folds
 
 
@@ -51,6 +54,10 @@ def check_args(args: RuleFitArgs) -> None:
     check_balance(args.balance)
     if isinstance(args.folds, bool) or not isinstance(args.folds, int) or not 2 <= args.folds <= MAX_FOLDS:
         raise UsageError(f"--folds: must be a whole number from 2 to {MAX_FOLDS}, got {args.folds}")
+    if isinstance(args.seed, bool) or not isinstance(args.seed, int) or args.seed < 0:
+        raise UsageError(f"--seed: must be a whole number from 0, got {args.seed}")
+    check_mode(args.mode)
+    check_distinct(args.runs)
     if Path(args.out).is_symlink():
         raise UsageError(f"--out: {args.out} is a symlink; give the directory itself")
     try:
@@ -58,6 +65,23 @@ def check_args(args: RuleFitArgs) -> None:
     except ImportError:
         raise UsageError("rule fit needs scikit-learn: pip install 'attnbench[rule]' (or pip install scikit-learn)") \
             from None
+
+
+def check_mode(mode: str | None) -> None:
+    if mode is not None and mode not in MODES:
+        raise UsageError(f"--mode: must be one of {', '.join(MODES)}, got {mode!r}")
+
+
+def check_distinct(runs: list[Path]) -> None:
+    """Each run given once: the same run twice would count its cells twice (and, balanced by runs,
+    weigh its trace double) without a word."""
+    seen: dict[str, Path] = {}
+    for run in runs:
+        key = os.path.realpath(run)
+        if key in seen:
+            same = "twice" if str(seen[key]) == str(run) else f"twice (as {seen[key]} and {run})"
+            raise UsageError(f"RUN: {run} is given {same}; give each run once")
+        seen[key] = run
 
 
 def run_rule_fit(args: RuleFitArgs, console: Console) -> Path:
@@ -81,10 +105,15 @@ def run_rule_fit(args: RuleFitArgs, console: Console) -> Path:
            "cross_validated_range_pct": spread,
            "method": "scikit-learn DecisionTreeClassifier on the oracle label, cost-weighted, each leaf at least "
                      "min_leaf of the weight; leaves relabelled by the lowest summed time of their cells"}
+    record = rule_json(tree, cells, fit, tables)
+    try:  # every value rule.py will hold, checked before the directory is touched
+        exported = rule_py(record)
+    except AttnbenchError as exc:
+        raise AttnbenchError(f"RUN: the rule these rows give is not one rule.json can hold: {exc}") from None
     run = RunDir.prepare(Path(args.out), force=args.force)
     with run.locked():
-        run.write_text("rule.json", dumps(rule_json(tree, cells, fit, tables)))
-        run.write_text("rule.py", rule_py(tree, cells, fit))
+        run.write_text("rule.json", dumps(record))
+        run.write_text("rule.py", exported)
         run.write_text("summary.md", summary_md(tree, cells, fit, tables))
         run.record(plot_rule(cells, tables, run.path / "rule_regret.png"))
     if is_cpu(cells.about):  # as replay's summary: CPU timings are a pipeline demo, their regrets no finding
@@ -95,8 +124,9 @@ def run_rule_fit(args: RuleFitArgs, console: Console) -> Path:
         rule = next(l for l in lines if l.name == "rule, cross-validated")
         console.print(f"{scope}: rule {rule.regret_pct:.2f} % over the oracle (cross-validated; {spread[scope][0]:.2f}-"
                       f"{spread[scope][1]:.2f} % over {DRAWS} fold draws); " + ", ".join(
-            f"{l.name} " + ("lacks a cell" if math.isnan(l.regret_pct) else f"{l.regret_pct:.2f} %") for l in lines[2:5]))
-    console.print(f"rule: {run.path}/rule.json, rule.py, summary.md, rule_regret.png")
+            f"{l.name} " + ("lacks a cell" if math.isnan(l.regret_pct) else f"{l.regret_pct:.2f} %") for l in lines[2:5]),
+            markup=False)
+    console.print(f"rule: {run.path}/rule.json, rule.py, summary.md, rule_regret.png", markup=False)
     return run.path
 
 
@@ -111,36 +141,21 @@ def read_rule(rule_dir: Path) -> dict:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise UsageError(f"RULE_DIR: {path} is not readable JSON ({exc})") from None
-    if not isinstance(record, dict) or record.get("format") != "attnbench-rule":
-        raise UsageError(f"RULE_DIR: {path} is not an attnbench rule (format attnbench-rule)")
     try:
-        check_tree(record.get("tree"), set(FEATURES))
+        return check_rule(record)
     except RecursionError:
         raise UsageError(f"RULE_DIR: {path}: the tree is nested too deep for a rule") from None
     except AttnbenchError as exc:
-        raise UsageError(f"RULE_DIR: {path}: {exc}") from None
-    if not domain_ok(record.get("domain")):
-        raise UsageError(f"RULE_DIR: {path}: domain is not {{\"shapes\": [[heads, kv_heads, head_dim], ...], "
-                         f"\"max_decode_query_len\": a whole number or null}}: {record.get('domain')!r}")
-    return record
-
-
-def domain_ok(found: object) -> bool:
-    """rule.json's domain as rule fit writes it; a rule.json without one (older) is fine."""
-    if found is None:
-        return True
-    if not isinstance(found, dict) or not isinstance(found.get("shapes"), list):
-        return False
-    whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0  # noqa: E731
-    longest = found.get("max_decode_query_len")
-    return all(isinstance(shape, list) and len(shape) == 3 and all(whole(v) for v in shape) for shape in found["shapes"]) \
-        and (longest is None or whole(longest))
+        raise UsageError(f"RULE_DIR: {path} {exc}" if str(exc).startswith("is not") else f"RULE_DIR: {path}: {exc}") \
+            from None
 
 
 def run_rule_apply(rule_dir: Path, runs: list[Path], mode: str | None, console: Console, sampled: bool = False) -> None:
     """An existing rule's regret on other runs, beside the static choices: printed, nothing written.
     sampled: judged on the replays' sampled steps (each timed alone, weighed 1) in place of their
     bucket representatives."""
+    check_mode(mode)
+    check_distinct(runs)
     record = read_rule(rule_dir)
     cells = read_cells(runs, mode, "sample" if sampled else "bucket")
     missing = sorted(tree_features(record["tree"]) - set(cells.features.columns))
@@ -152,7 +167,7 @@ def run_rule_apply(rule_dir: Path, runs: list[Path], mode: str | None, console: 
     if refused.any():  # rule.py raises on these cells: judge them as an engine would serve them, on its default
         picks[REFUSED] = picks["rule"].where(~refused, vllm_default(cells.gpus))
     for scope, index in scopes(cells).items():
-        console.print(f"## Regret: {scope}\n")
+        console.print(f"## Regret: {scope}\n", markup=False)
         console.print(table_md(regret_lines(cells, index, picks)), markup=False)
     for note in provenance_notes(record, cells.gpus, cells.libraries) + domain_notes(refused, cells.weights):
         console.print(f"note: {note}", markup=False)
