@@ -12,10 +12,11 @@ from pathlib import Path
 import pandas as pd
 
 from attnbench.kernels.workload import KINDS
-from attnbench.results.figures import (Palette, backend_name, finish, line_label, oracle_backends, panels,
-                                       plain_log_y, ratio_y, ratios_to_unified, settings_text, swept_x, title)
+from attnbench.results.figures import (backend_name, finish, line_label, oracle_backends, panels, plain_log_y,
+                                       ratio_y, ratios_to_unified, settings_text, swept_x, title)
 from attnbench.results.notes import CONFIDENCE, ratio_intervals
-from attnbench.results.tables import LINESTYLES, ratio_names
+from attnbench.results.styles import Styles
+from attnbench.results.tables import ratio_names
 
 SHAPE = ["num_heads", "num_kv_heads", "head_dim"]
 SETTINGS = [("dtype", ""), ("context", "context"), ("mode", ""), ("l2", "L2")]
@@ -61,7 +62,7 @@ def _hit_tag(df: pd.DataFrame):
 def _latency_figure(per_run, kinds, heading, oracles, path: Path) -> Path:
     fig, axes = panels(len(kinds))
     axes = dict(zip(kinds, axes))
-    color = Palette()
+    style = Styles()
     for run, df in per_run:
         tag = _hit_tag(df)
         for (kind, backend, strategy, mode, hit), g in df.groupby(["kind", "backend", "strategy", "mode", "prefix_ratio"]):
@@ -69,8 +70,7 @@ def _latency_figure(per_run, kinds, heading, oracles, path: Path) -> Path:
             name = line_label(run, backend_name(backend, oracles), mode, tag(kind, hit), strategy)
             axes[kind].errorbar(g["num_tokens"], g["median_ms"],
                                 yerr=[g["median_ms"] - g["p10_ms"], g["p90_ms"] - g["median_ms"]],
-                                linestyle=LINESTYLES.get(strategy, ":"), marker="o" if mode == "graph" else "s",
-                                capsize=2, color=color(name), label=name)
+                                capsize=2, **style(name, backend, strategy))
     for kind, ax in axes.items():
         plain_log_y(ax, "median latency, ms (bars: p10-p90)")
         _kind_axis(ax, kind, per_run)
@@ -108,7 +108,7 @@ def _ratio_figure(per_run, kinds, heading, oracles, path: Path) -> Path | None:
         return None
     fig, axes = panels(len(kinds))
     axes = dict(zip(kinds, axes))
-    color = Palette()
+    style = Styles()
     with_interval = False
     for run, ratios in all_ratios:
         if ratios.empty:
@@ -121,8 +121,8 @@ def _ratio_figure(per_run, kinds, heading, oracles, path: Path) -> Path | None:
             bars = g["low"].notna().any()
             with_interval |= bars
             yerr = [(g["ratio"] - g["low"]).fillna(0).clip(lower=0), (g["high"] - g["ratio"]).fillna(0).clip(lower=0)]
-            axes[kind].errorbar(g["num_tokens"], g["ratio"], yerr=yerr if bars else None, capsize=3, marker="o",
-                                linestyle=LINESTYLES.get(strategy, ":"), color=color(name), label=name)
+            axes[kind].errorbar(g["num_tokens"], g["ratio"], yerr=yerr if bars else None, capsize=3,
+                                **style(name, backend, strategy))
     rows = pd.concat([r for _, r in all_ratios if not r.empty])
     names = ratio_names(rows["strategy"].unique())
     clipped = False
