@@ -29,6 +29,7 @@ from attnbench.results.styles import Styles, backend_marker, choice_colour, spli
 
 MAX_PANELS = 9
 MAX_TICKS = 8  # tick labels an axis writes at most
+SETTINGS = [("mode", ""), ("num_heads", "heads"), ("num_kv_heads", "kv heads"), ("dtype", "")]  # the title's second line
 TIMES = colormaps["viridis"]  # the best time's colours, where no cell has a winner
 
 
@@ -181,7 +182,7 @@ def map_figure(cells: pd.DataFrame, x: str, y: str, others: list[str], rows: pd.
     else:
         said = "no cell has a winner (no verdict): colour is the best time (log scale, dark: fastest)"
     heading = title(f"Winner by {x} and {y}" if norm is None else f"Best time by {x} and {y}", rows,
-                    settings_text(rows, [("mode", ""), ("dtype", "")]), said + ("; number: the best time, ms" if written else ""))
+                    settings_text(rows, SETTINGS), said + ("; number: the best time, ms" if written else ""))
     return finish(fig, axes, heading, path)
 
 
@@ -217,7 +218,7 @@ def margin_figure(cells: pd.DataFrame, crossovers: pd.DataFrame, varying: list[s
         ax.set_title(", ".join(f"{n} {v:g}" for n, v in fixed.items() if n in varying) or axis, fontsize=8, y=1.0)
     note = "gold: the bracket a crossover lies in" if not crossovers.empty else "no crossover: lines along each axis"
     heading = title("Each choice over the best, across the crossovers", rows,
-                    settings_text(rows, [("dtype", ""), ("mode", "")]), note)
+                    settings_text(rows, SETTINGS), note)
     return finish(fig, axes, heading, path)
 
 

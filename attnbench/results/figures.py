@@ -69,6 +69,11 @@ class Palette:
         return self.colors.setdefault(name, self.cycle[len(self.colors) % len(self.cycle)])
 
 
+def shape_text(heads, kv_heads, dim) -> str:
+    """'32 heads / 8 kv heads, head dim 128' (the kv heads said only where they differ)."""
+    return f"{heads} heads" + (f" / {kv_heads} kv heads" if kv_heads != heads else "") + f", head dim {dim}"
+
+
 def line_label(*parts) -> str:
     return " ".join(str(p) for p in parts if p)
 

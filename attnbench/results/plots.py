@@ -13,7 +13,7 @@ import pandas as pd
 
 from attnbench.kernels.workload import KINDS
 from attnbench.results.figures import (backend_name, finish, line_label, oracle_backends, panels, plain_log_y,
-                                       ratio_y, ratios_to_unified, settings_text, swept_x, title)
+                                       ratio_y, ratios_to_unified, settings_text, shape_text, swept_x, title)
 from attnbench.results.notes import CONFIDENCE, ratio_intervals
 from attnbench.results.styles import Styles
 from attnbench.results.tables import ratio_names
@@ -45,8 +45,7 @@ def plot_runs(runs: list[tuple[str, pd.DataFrame]], out_dir: Path) -> list[Path]
         if not kinds:
             continue
         rows = pd.concat([df for _, df in per_run])
-        shape_text = f"{heads} heads" + (f" / {kv_heads} kv heads" if kv_heads != heads else "") + f", head dim {dim}"
-        heading = (shape_text, rows)
+        heading = (shape_text(heads, kv_heads, dim), rows)
         written.append(_latency_figure(per_run, kinds, heading, oracles, out_dir / f"latency_{_shape_name(*shape)}.png"))
         ratio = _ratio_figure(per_run, kinds, heading, oracles, out_dir / f"ratio_{_shape_name(*shape)}.png")
         if ratio:
@@ -74,8 +73,8 @@ def _latency_figure(per_run, kinds, heading, oracles, path: Path) -> Path:
     for kind, ax in axes.items():
         plain_log_y(ax, "median latency, ms (bars: p10-p90)")
         _kind_axis(ax, kind, per_run)
-    shape_text, rows = heading
-    what = f"attention latency, {shape_text}"
+    shape, rows = heading
+    what = f"attention latency, {shape}"
     return finish(fig, list(axes.values()), title(what, rows, settings_text(rows, SETTINGS)), path)
 
 
@@ -133,6 +132,6 @@ def _ratio_figure(per_run, kinds, heading, oracles, path: Path) -> Path | None:
     bars = (f"bars: {CONFIDENCE:.0%} interval over paired replicates"
             + ("; a bar leaving the panel is wider than shown" if clipped else "") if with_interval
             else "no interval: one replicate per row; --replicates 3 gives one")
-    shape_text, measured = heading
-    what = f"{names} time ratio, {shape_text}"
+    shape, measured = heading
+    what = f"{names} time ratio, {shape}"
     return finish(fig, list(axes.values()), title(what, measured, settings_text(measured, SETTINGS), bars), path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from attnbench.results.figures import finish, panels, settings_text, title
+from attnbench.results.figures import finish, panels, settings_text, shape_text, title
 from attnbench.results.rule_cells import Cells
 from attnbench.results.rule_report import Line
 from attnbench.results.styles import choice_colour
@@ -51,7 +51,8 @@ def plot_rule(cells: Cells, tables: dict[str, list[Line]], path: Path) -> Path:
     fig, axes = panels(len(tables), width=6.4, height=0.32 * max(len(t) for t in tables.values()) + 1.2)
     for ax, (scope, lines) in zip(axes, tables.items()):
         _panel(ax, scope, lines)
-    heading = title("Dispatch rule vs static choices", cells.about,
+    shapes = "; ".join(shape_text(*shape) for shape in cells.shapes)
+    heading = title("Dispatch rule vs static choices" + (f", {shapes}" if shapes else ""), cells.about,
                     settings_text(cells.about, [("mode", ""), ("dtype", "")]),
                     "grey: the rule; a single choice: its strategy's colour (unified blue, split orange); hatched: the "
                     "best single choice and the engines' defaults; a diamond: no regret")
