@@ -151,7 +151,7 @@ def panels(count: int, width: float = 4.6, height: float = 3.6, layout: str | No
     """A figure of `count` panels, at most three a row; unused cells removed. Returns (fig, axes)."""
     cols = min(3, count)
     rows = -(-count // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows + 1.2), squeeze=False,
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows + 0.7), squeeze=False,
                              layout=layout)
     flat = list(axes.flat)
     for unused in flat[count:]:
@@ -261,18 +261,17 @@ def enough_log_ticks(ax, least: int = 3) -> None:
 
 
 def _under_panels(fig, legend, band: float) -> None:
-    """Room under the panels for the legend and, below it, the footnote's `band` (inches): a
-    constrained layout is kept above them; a figure of fixed margins (the atlas's) grows by them,
-    its panels keeping their size. Neither engine makes room for a figure legend by itself."""
+    """Room under the panels for the legend and, below it, the footnote's `band` (inches): the
+    figure grows by them, its panels keeping their size (a constrained layout kept above them, a
+    fixed one, the atlas's, moved up). Neither engine makes room for a figure legend by itself."""
     height = (legend.get_window_extent(fig.canvas.get_renderer()).height / fig.dpi + 0.08) if legend else 0.0
+    old, params = fig.get_figheight(), fig.subplotpars
+    top, bottom = (1 - params.top) * old, params.bottom * old
+    fig.set_figheight(old + height + band)
+    total = fig.get_figheight()
     if fig.get_layout_engine() is None:
-        old, params = fig.get_figheight(), fig.subplotpars
-        top, bottom = (1 - params.top) * old, params.bottom * old
-        fig.set_figheight(old + height + band)
-        total = fig.get_figheight()
         fig.subplots_adjust(top=1 - top / total, bottom=(bottom + height + band) / total)
     else:
-        total = fig.get_figheight()
         fig.get_layout_engine().set(rect=(0, (height + band) / total, 1, 1 - (height + band) / total))
     if legend:
         legend.set_bbox_to_anchor((0.5, (band + 0.02) / total), transform=fig.transFigure)

@@ -37,7 +37,7 @@ def _panel(ax, scope: str, lines: list[Line]) -> None:
     for y, (line, (colour, _)) in enumerate(zip(shown, looks)):
         if abs(line.regret_pct) <= ZERO * widest or widest == 0:  # no regret: a dot on 0, not an empty row
             ax.plot([0.0], [y], marker="D", markersize=6, color=colour, markeredgecolor="black", zorder=4)
-    ax.bar_label(bars, [f"{l.regret_pct:.1f} %" for l in shown], fontsize=7, padding=5)
+    ax.bar_label(bars, [f"{l.regret_pct:.1f} %" for l in shown], fontsize=7, padding=7)
     ax.set_yticks(range(len(shown)), [l.name if l.name != "always" else f"always {l.choice}" for l in shown],
                   fontsize=7)
     ax.set_xlim(-0.04 * (widest or 1.0), 1.15 * (widest or 1.0))  # room for the dot at 0 and the labels
