@@ -187,16 +187,18 @@ def test_a_line_holding_several_crossovers_gets_one_margin_panel():
 
 
 def test_a_map_promises_numbers_in_its_cells_only_when_it_writes_them(atlas_dir, tmp_path, monkeypatch):
-    """A map of more than MAX_LABELLED cells draws no times in them, so its caption does not say it does."""
+    """A map whose cells are too small to hold a readable number (the text size comes from the
+    cell's size) draws no times in them, so its footnote does not say it does."""
     from attnbench.results import atlas_plots
 
     out, _ = atlas_dir
     rows = gpu_like(pd.read_csv(out / "results.csv", dtype=str), 0.01)
     cells = cell_table(rows, 8, cpu=False)
-    headings = {}
-    monkeypatch.setattr(atlas_plots, "finish", lambda fig, axes, heading, path, **_: headings.setdefault(path, heading))
-    for limit in (len(cells), len(cells) - 1):
-        monkeypatch.setattr(atlas_plots, "MAX_LABELLED", limit)
-        atlas_plots.map_figure(cells, "tokens", "decode_share", [], rows, tmp_path / f"map{limit}.png")
-    assert "number: the best time" in headings[tmp_path / f"map{len(cells)}.png"]
-    assert "number:" not in headings[tmp_path / f"map{len(cells) - 1}.png"]
+    drawn = {}
+    monkeypatch.setattr(atlas_plots, "finish", lambda fig, axes, heading, path, **_: drawn.setdefault(path, (fig, heading)))
+    for side in (40.0, 12.0):  # points: 9.5-point numbers; none (2.9 points would be unreadable)
+        monkeypatch.setattr(atlas_plots, "_cell_points", lambda ax, nx, ny, side=side: side)
+        atlas_plots.map_figure(cells, "tokens", "decode_share", [], rows, tmp_path / f"map{side:g}.png")
+    big, small = drawn[tmp_path / "map40.png"], drawn[tmp_path / "map12.png"]
+    assert "number: the best time" in " ".join(big[1].detail) and big[0].axes[0].texts
+    assert "number:" not in " ".join(small[1].detail) and not small[0].axes[0].texts

@@ -24,7 +24,7 @@ from attnbench.cli.atlas_results import any_atlas, compare_atlas_runs, export_at
 from attnbench.cli.common import fail, user_errors
 from attnbench.cli.options import list_of
 from attnbench.console import make_console
-from attnbench.errors import UsageError
+from attnbench.errors import AttnbenchError, UsageError
 
 VERDICT_STYLE = {"slower": "bold red", "faster": "green", "host-bound": "magenta", "clock-shifted": "magenta",
                  "same": "dim", "noisy": "yellow", "unjudged": "dim"}
@@ -183,7 +183,7 @@ def plot(
         labelled = [(name, run.rows) for name, run in zip(labels, runs)] if len(runs) > 1 else [("", runs[0].rows)]
         try:
             with claim:
-                written = plot_results(labelled, target, kind, steps)
+                written = plot_results(labelled, target, kind, steps, replay_trace(runs) if steps is not None else "")
         except OSError as exc:  # the lock or the record in a directory that cannot be written
             raise UsageError(f"cannot write plots into {target}: {exc.strerror or exc}") from None
     if not written:
@@ -204,6 +204,17 @@ def replay_steps(runs: list):
         raise UsageError(f"plot: {replays[0].path} is a replay run; plot draws a replay run alone (its trace "
                          "weighs the buckets), so give it on its own")
     return read_steps(replays[0].source.parent)
+
+
+def replay_trace(runs: list) -> str:
+    """The file a replay run replayed (env.json's replay.trace), which its pictures name; "" where unsaid."""
+    from attnbench.results.compare import load_env
+
+    try:
+        trace = (load_env(runs[0].source).get("replay") or {}).get("trace")
+    except AttnbenchError:  # a broken env.json: the pictures go without the trace's name, as before
+        return ""
+    return trace if isinstance(trace, str) else ""
 
 
 def plot_target(out: Path | None, results: list[Path], runs: list):

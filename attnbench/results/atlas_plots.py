@@ -1,7 +1,9 @@
 """An atlas's pictures: winner maps over two axes at a time, and margin curves across its crossovers.
 
-Why these two: a map answers "who wins where" at a glance (colour = winner, shade = margin: pale
-where the two best are close, ties hatched); a curve across a crossover shows how sharp it is
+Why these two: a map answers "who wins where" at a glance: its cells fill the panel, a column per
+value measured, colour = the winner's strategy and marker = its backend (styles.py, as in every
+picture), shade = margin (pale where the two best are close), ties hatched, and each cell's best
+time written at a size its cell holds; a curve across a crossover shows how sharp it is
 (each choice's time over the cell's best along the line through it, the bracket shaded). Titles,
 legend and save follow results/figures.py, so a PNG read alone names its GPU, libraries and mode,
 and a CPU run says it is a pipeline demo.
@@ -14,17 +16,21 @@ import itertools
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pandas as pd
-from matplotlib.colors import to_rgba_array
-from matplotlib.ticker import FixedLocator, NullLocator
+from matplotlib import colormaps
+from matplotlib.colors import LogNorm, to_rgb
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from attnbench.kernels.atlas_axes import AXES, BY_NAME, NAMES
-from attnbench.results.figures import PLAIN, Palette, finish, panels, settings_text, title
+from attnbench.results.figures import PLAIN, finish, panels, settings_text, title
+from attnbench.results.styles import Styles, backend_marker, choice_colour, split_choice, strategy_colour
 
 MAX_PANELS = 9
 MAX_TICKS = 8  # tick labels an axis writes at most
-MAX_LABELLED = 60  # a map of at most this many cells writes each cell's best time in it
-NO_WINNER = "no winner"
+SETTINGS = [("mode", ""), ("num_heads", "heads"), ("num_kv_heads", "kv heads"), ("dtype", "")]  # the title's second line
+TIMES = colormaps["viridis"]  # the best time's colours, where no cell has a winner
 
 
 def _scale(ax, name: str, values, which: str) -> None:
@@ -66,52 +72,118 @@ def _panels(count: int, width: float, height: float):
     every tick label of every panel twice, most of the time a large atlas's maps take to draw."""
     fig, axes = panels(count, width, height, layout=None)
     w, h = fig.get_figwidth(), fig.get_figheight()
-    fig.subplots_adjust(left=0.8 / w, right=1 - 0.2 / w, top=1 - 1.2 / h, bottom=1.1 / h, wspace=0.35, hspace=0.45)
+    fig.subplots_adjust(left=0.8 / w, right=1 - 0.2 / w, top=1 - 0.85 / h, bottom=0.6 / h, wspace=0.35, hspace=0.5)
     return fig, axes
 
 
 def _shade(margin) -> float:
-    """Opacity from the margin: pale near 1.0, full at 1.5x and beyond."""
+    """How much of the winner's colour a cell takes: 0.3 where the second best is within a hair,
+    full at a 1.5x margin and beyond; a cell without a margin (one choice passed) halfway."""
     if margin is None or pd.isna(margin):
-        return 0.35
-    return float(min(1.0, max(0.25, (float(margin) - 1.0) / 0.5)))
+        return 0.6
+    return float(min(1.0, max(0.3, 0.3 + 0.7 * (float(margin) - 1.0) / 0.5)))
 
 
-def _draw_cells(ax, part: pd.DataFrame, x: str, y: str, colour: Palette) -> None:
-    """The panel's cells as one scatter per winner and tie (each cell's shade its own alpha), not
-    one artist per cell."""
-    winner = part["winner"].where(part["winner"].map(lambda w: isinstance(w, str)), NO_WINNER)
-    tie = part["tie"].map(lambda t: t is True)
-    for (name, tied), group in part.groupby([winner, tie], sort=True):
-        face = to_rgba_array(["lightgray" if name == NO_WINNER else colour(name)] * len(group))
-        face[:, 3] = [_shade(m) for m in group["margin"]]
-        ax.scatter(group[x], group[y], s=420, marker="s", c=face, edgecolors="black" if tied else "none",
-                   hatch="////" if tied else None, linewidths=0.5, label=name)
+def _tint(colour: str, margin) -> np.ndarray:
+    """`colour` mixed with white by the margin's shade."""
+    return 1 - _shade(margin) * (1 - np.array(to_rgb(colour)))
+
+
+def _grid_axis(ax, name: str, values: list, which: str) -> None:
+    """A map's axis: one column (row) per value measured, labelled with the value (at most MAX_TICKS)."""
+    side = ax.xaxis if which == "x" else ax.yaxis
+    picked = list(range(len(values)))[::max(1, -(-len(values) // MAX_TICKS))]
+    side.set_major_locator(FixedLocator(picked))
+    side.set_major_formatter(FuncFormatter(lambda v, _: f"{values[int(round(v))]:g}" if 0 <= v < len(values) else ""))
+    side.set_minor_locator(NullLocator())
+    (ax.set_xlabel if which == "x" else ax.set_ylabel)(f"{name} ({BY_NAME[name].meaning})", fontsize=8)
+
+
+def _cell_points(ax, nx: int, ny: int) -> float:
+    """The side of a cell, in points, from the panel's size (its margins are fixed: _panels)."""
+    box = ax.get_position()
+    return min(box.width * ax.figure.get_figwidth() / nx, box.height * ax.figure.get_figheight() / ny) * 72
+
+
+def _draw_grid(ax, part: pd.DataFrame, x: str, y: str, norm=None) -> bool:
+    """The panel's cells filling it, a column per x value and a row per y value: the winner's
+    strategy colour, its backend's marker in the middle, the best time under it where the cell
+    holds it at a readable size. With `norm` (no cell of the map has a winner: a CPU run), the
+    colour is the best time's on TIMES instead. True when times were written."""
+    xs, ys = sorted(set(part[x])), sorted(set(part[y]))
+    grid = np.tile(np.array(to_rgb("whitesmoke")), (len(ys), len(xs), 1))
+    best = part[[c for c in part.columns if c.endswith(" ms")]].astype(float).min(axis=1)
+    side = _cell_points(ax, len(xs), len(ys))
+    text_size, written = min(9.0, side / 4.2), False
+    for (_, cell), fastest in zip(part.iterrows(), best):
+        i, j = xs.index(cell[x]), ys.index(cell[y])
+        if norm is not None:
+            grid[j, i] = TIMES(norm(fastest))[:3] if pd.notna(fastest) else to_rgb("lightgray")
+        else:
+            grid[j, i] = _tint(choice_colour(cell["winner"]), cell["margin"]) if isinstance(cell["winner"], str) \
+                else to_rgb("lightgray")
+        if cell["tie"] is True:
+            ax.add_patch(Rectangle((i - 0.5, j - 0.5), 1, 1, fill=False, hatch="//", edgecolor="dimgray", linewidth=0))
+        ink = "white" if sum(grid[j, i] * (0.3, 0.6, 0.1)) < 0.45 else "black"  # readable on dark cells
+        if isinstance(cell["winner"], str) and side >= 9:
+            ax.plot([i], [j + (0.17 if text_size >= 5 else 0)], linestyle="none", color=ink,
+                    marker=backend_marker(split_choice(cell["winner"])[0]), markersize=min(9.0, side * 0.3))
+        if text_size >= 5 and pd.notna(fastest):
+            ax.text(i, j - 0.2 if isinstance(cell["winner"], str) else j, f"{fastest:.3g}", fontsize=text_size,
+                    ha="center", va="center", color=ink)
+            written = True
+    ax.imshow(grid, origin="lower", aspect="auto", interpolation="nearest",
+              extent=(-0.5, len(xs) - 0.5, -0.5, len(ys) - 0.5))
+    _grid_axis(ax, x, xs, "x")
+    _grid_axis(ax, y, ys, "y")
+    ax.tick_params(labelsize=7)
+    return written
+
+
+def _time_scale(cells: pd.DataFrame):
+    """A log scale of the best times when no cell has a winner (else None: colour says the winner)."""
+    if any(isinstance(w, str) for w in cells["winner"]):
+        return None
+    best = cells[[c for c in cells.columns if c.endswith(" ms")]].astype(float).min(axis=1).dropna()
+    best = best[best > 0]
+    return LogNorm(best.min(), max(best.max(), best.min() * 1.01)) if len(best) else None
+
+
+def _keys(ax, cells: pd.DataFrame) -> None:
+    """Legend entries (empty artists): each winning strategy's colour at full and pale margin,
+    each winning backend's marker, the hatch of a tie."""
+    winners = sorted({w for w in cells["winner"] if isinstance(w, str)})
+    for strategy in dict.fromkeys(split_choice(w)[1] for w in winners):
+        for margin, said in ((1.5, "1.5x or more"), (1.02, "a hair")):
+            ax.add_patch(Rectangle((0, 0), 0, 0, color=_tint(strategy_colour(strategy), margin),
+                                   label=f"{strategy} wins by {said}"))
+    for backend in dict.fromkeys(split_choice(w)[0] for w in winners):
+        ax.plot([], [], linestyle="none", marker=backend_marker(backend), color="black", label=f"{backend} wins")
+    if (cells["tie"] == True).any():  # noqa: E712  (None: no verdict)
+        ax.add_patch(Rectangle((0, 0), 0, 0, facecolor="white", edgecolor="dimgray", hatch="//", label="tie"))
 
 
 def map_figure(cells: pd.DataFrame, x: str, y: str, others: list[str], rows: pd.DataFrame, path: Path) -> Path:
-    colour = Palette()
     parts = [(values, _part(cells, dict(zip(others, values)))) for values in _slices(cells, others)]
-    labelled = sum(len(part) for _, part in parts) <= MAX_LABELLED
-    fig, axes = _panels(len(parts), width=4.8, height=4.0)
+    columns = max(part[x].nunique() for _, part in parts)
+    lines = max(part[y].nunique() for _, part in parts)
+    # a panel sized by its grid: a cell of about half an inch, however few or many the axes hold
+    fig, axes = _panels(len(parts), width=min(7.5, max(4.4, 0.5 * columns + 1.4)),
+                        height=min(6.5, max(3.0, 0.42 * lines + 1.5)))
+    written, norm = False, _time_scale(cells)
     for ax, (values, part) in zip(axes, parts):
-        best = part[[c for c in part.columns if c.endswith(" ms")]].astype(float).min(axis=1)
-        _draw_cells(ax, part, x, y, colour)
-        if labelled:
-            for px, py, fastest in zip(part[x], part[y], best):
-                if pd.notna(fastest):
-                    ax.annotate(f"{fastest:.3g}", (px, py), fontsize=6, ha="center", va="center")
-        _scale(ax, x, part[x], "x")
-        _scale(ax, y, part[y], "y")
+        written |= _draw_grid(ax, part, x, y, norm)
         # a fixed y: matplotlib's search for room above each panel's ticks is a tenth of the drawing time
         ax.set_title(", ".join(f"{n} {v:g}" for n, v in zip(others, values)) or "all cells", fontsize=8, y=1.0)
-    if (cells["tie"] == True).any():  # noqa: E712  (None: no verdict)
-        axes[0].scatter([], [], s=120, marker="s", color="white", edgecolors="black", hatch="////",
-                        label="tie (hatched)")
-    heading = title(f"Winner by {x} and {y}", rows, settings_text(rows, [("dtype", ""), ("mode", "")]),
-                    "colour: the fastest passing backend x strategy; shade: its margin (pale: second-best "
-                    "within a few %, full: 1.5x or more)" + ("; number: the best time, ms" if labelled else ""))
-    return finish(fig, axes, heading, path, markerscale=0.45)
+    if norm is None:
+        _keys(axes[0], cells)
+        said = ("colour: the strategy of the fastest passing backend x strategy, marker: its backend; shade: its "
+                "margin over the second best (pale: within a few %, full: 1.5x or more); grey: no winner")
+    else:
+        said = "no cell has a winner (no verdict): colour is the best time (log scale, dark: fastest)"
+    heading = title(f"Winner by {x} and {y}" if norm is None else f"Best time by {x} and {y}", rows,
+                    settings_text(rows, SETTINGS), said + ("; number: the best time, ms" if written else ""))
+    return finish(fig, axes, heading, path)
 
 
 def _lines(cells: pd.DataFrame, crossovers: pd.DataFrame, varying: list[str]) -> list[tuple[str, dict]]:
@@ -128,7 +200,7 @@ def _lines(cells: pd.DataFrame, crossovers: pd.DataFrame, varying: list[str]) ->
 def margin_figure(cells: pd.DataFrame, crossovers: pd.DataFrame, varying: list[str], rows: pd.DataFrame,
                   path: Path) -> Path:
     choices = [c[:-3] for c in cells.columns if c.endswith(" ms")]
-    colour = Palette()
+    style = Styles()
     lines = _lines(cells, crossovers, varying)
     fig, axes = _panels(len(lines), width=4.8, height=3.6)
     for ax, (axis, fixed) in zip(axes, lines):
@@ -136,8 +208,7 @@ def margin_figure(cells: pd.DataFrame, crossovers: pd.DataFrame, varying: list[s
         times = line[[f"{c} ms" for c in choices]].astype(float)
         best = times.min(axis=1)
         for choice in choices:
-            ax.plot(line[axis], times[f"{choice} ms"] / best, marker="o", markersize=3, color=colour(choice),
-                    label=choice)
+            ax.plot(line[axis], times[f"{choice} ms"] / best, **{**style.choice(choice), "markersize": 4})
         for _, edge in crossovers[crossovers["axis"] == axis].iterrows():
             if all(edge[n] == v for n, v in fixed.items()):
                 ax.axvspan(edge["low"], edge["high"], color="gold", alpha=0.4)
@@ -147,7 +218,7 @@ def margin_figure(cells: pd.DataFrame, crossovers: pd.DataFrame, varying: list[s
         ax.set_title(", ".join(f"{n} {v:g}" for n, v in fixed.items() if n in varying) or axis, fontsize=8, y=1.0)
     note = "gold: the bracket a crossover lies in" if not crossovers.empty else "no crossover: lines along each axis"
     heading = title("Each choice over the best, across the crossovers", rows,
-                    settings_text(rows, [("dtype", ""), ("mode", "")]), note)
+                    settings_text(rows, SETTINGS), note)
     return finish(fig, axes, heading, path)
 
 

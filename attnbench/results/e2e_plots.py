@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnbench.results.figures import (Palette, backend_name, finish, line_label, oracle_backends, panels,
-                                       ratio_y, ratios_to_unified, settings_text, swept_x, title)
-from attnbench.results.tables import LINESTYLES, format_params, ratio_names
+from attnbench.results.figures import (backend_name, finish, line_label, oracle_backends, panels, ratio_y,
+                                       ratios_to_unified, settings_text, swept_x, title)
+from attnbench.results.styles import Styles
+from attnbench.results.tables import format_params, ratio_names
 
-SETTINGS = [("model", ""), ("params", ""), ("dtype", ""), ("mode", ""), ("chunk_size", "chunked prefill"),
+MODEL = [("model", ""), ("params", "")]  # what was served: the titles' first line names it
+SETTINGS = [("dtype", ""), ("mode", ""), ("chunk_size", "chunked prefill"),
             ("block_size", "block size"), ("iters", "measured runs per row, at most")]
 BATCH = "batch size (concurrent requests)"
 ROW = ["run", "backend", "mode", "input_len", "output_len", "batch_size"]
@@ -73,7 +75,7 @@ def plot_e2e(df: pd.DataFrame, out_dir: Path) -> list[Path]:
     if not pairs:
         return []
     oracles = oracle_backends()
-    heading = settings_text(measured, SETTINGS)
+    heading = (settings_text(measured, MODEL), settings_text(measured, SETTINGS))
     written = [_latency_figure(measured, pairs, oracles, heading, out_dir / "e2e_latency.png")]
     ratios = ratio_intervals(measured)
     if not ratios.empty:
@@ -88,23 +90,23 @@ def _pair_axis(ax, pair, sizes) -> None:
 
 def _latency_figure(measured, pairs, oracles, heading, path: Path) -> Path:
     fig, axes = panels(len(pairs))
-    color = Palette()
+    style = Styles()
     for ax, pair in zip(axes, pairs):
         sel = measured[(measured["input_len"] == pair[0]) & (measured["output_len"] == pair[1])]
         for (run, backend, strategy, mode), g in sel.groupby(["run", "backend", "strategy", "mode"]):
             g = g.sort_values("batch_size")
             name = line_label(run, backend_name(backend, oracles), mode, strategy)
             ax.errorbar(g["batch_size"], g["request_p50_s"], yerr=[0 * g["request_p50_s"],
-                        g["request_p90_s"] - g["request_p50_s"]], marker="o", capsize=2, color=color(name),
-                        linestyle=LINESTYLES.get(strategy, ":"), label=name)
+                        g["request_p90_s"] - g["request_p50_s"]], capsize=2, **style(name, backend, strategy))
         ax.set_ylabel("p50 request latency, s (bar: p90)")
         _pair_axis(ax, pair, sel["batch_size"])
-    return finish(fig, axes, title("e2e request latency", measured, heading), path)
+    model, settings = heading
+    return finish(fig, axes, title(f"e2e request latency, {model}", measured, settings), path)
 
 
 def _ratio_figure(measured, ratios, pairs, oracles, heading, path: Path) -> Path:
     fig, axes = panels(len(pairs))
-    color = Palette()
+    style = Styles()
     names = ratio_names(ratios["strategy"].unique())
     for ax, pair in zip(axes, pairs):
         sel = ratios[(ratios["input_len"] == pair[0]) & (ratios["output_len"] == pair[1])]
@@ -113,9 +115,10 @@ def _ratio_figure(measured, ratios, pairs, oracles, heading, path: Path) -> Path
             name = f"{line_label(run, backend_name(backend, oracles), mode)}: {strategy} / unified"
             yerr = [(g["ratio"] - g["low"]).fillna(0).clip(lower=0), (g["high"] - g["ratio"]).fillna(0).clip(lower=0)]
             ax.errorbar(g["batch_size"], g["ratio"], yerr=yerr if g["low"].notna().any() else None, capsize=3,
-                        marker="o", linestyle=LINESTYLES.get(strategy, ":"), color=color(name), label=name)
+                        **style(name, backend, strategy))
         ratio_y(ax, sel["ratio"], sel["low"], sel["high"], f"{names} (> 1: unified faster)")
         _pair_axis(ax, pair, sel["batch_size"])
     bars = (BARS[tuple(sorted(set(ratios.loc[ratios["low"].notna(), "interval"])))] if ratios["low"].notna().any()
             else "no interval: the rows hold no interval of their p50 (too few measured runs)")
-    return finish(fig, axes, title(f"e2e {names} of p50 request latency", measured, heading, bars), path)
+    model, settings = heading
+    return finish(fig, axes, title(f"e2e {names} of p50 request latency, {model}", measured, settings, bars), path)

@@ -60,16 +60,17 @@ def seed_tables(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 
 def plot_results(runs: list[tuple[str, pd.DataFrame]], out_dir: Path, kind: ResultKind = KERNEL,
-                 steps: pd.DataFrame | None = None) -> list[Path]:
+                 steps: pd.DataFrame | None = None, trace: str = "") -> list[Path]:
     """plot_runs over several runs, each split by setting so no two settings share a line; e2e runs
     with plot_e2e, each run's label in a `run` column; a replay run (one, with its buckets.csv as
-    `steps`) with replay's own pictures, since its buckets are no sweep of one shape."""
+    `steps` and the `trace` it replayed) with replay's own pictures, since its buckets are no sweep
+    of one shape."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise AttnbenchError(f"cannot write plots into {out_dir}: it is a file, not a directory")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         if steps is not None:
-            return plot_replay(runs[0][1], steps, out_dir)
+            return plot_replay(runs[0][1], steps, out_dir, trace)
         if kind is TRACE:
             drawn = plot_metrics(pd.concat([df.assign(run=label) for label, df in runs]), out_dir / "trace_metrics.png")
             return [drawn] if drawn else []

@@ -12,10 +12,11 @@ from pathlib import Path
 import pandas as pd
 
 from attnbench.kernels.workload import KINDS
-from attnbench.results.figures import (Palette, backend_name, finish, line_label, oracle_backends, panels,
-                                       plain_log_y, ratio_y, ratios_to_unified, settings_text, swept_x, title)
+from attnbench.results.figures import (backend_name, finish, line_label, oracle_backends, panels, plain_log_y,
+                                       ratio_y, ratios_to_unified, settings_text, shape_text, swept_x, title)
 from attnbench.results.notes import CONFIDENCE, ratio_intervals
-from attnbench.results.tables import LINESTYLES, ratio_names
+from attnbench.results.styles import Styles
+from attnbench.results.tables import ratio_names
 
 SHAPE = ["num_heads", "num_kv_heads", "head_dim"]
 SETTINGS = [("dtype", ""), ("context", "context"), ("mode", ""), ("l2", "L2")]
@@ -44,8 +45,7 @@ def plot_runs(runs: list[tuple[str, pd.DataFrame]], out_dir: Path) -> list[Path]
         if not kinds:
             continue
         rows = pd.concat([df for _, df in per_run])
-        shape_text = f"{heads} heads" + (f" / {kv_heads} kv heads" if kv_heads != heads else "") + f", head dim {dim}"
-        heading = (shape_text, rows)
+        heading = (shape_text(heads, kv_heads, dim), rows)
         written.append(_latency_figure(per_run, kinds, heading, oracles, out_dir / f"latency_{_shape_name(*shape)}.png"))
         ratio = _ratio_figure(per_run, kinds, heading, oracles, out_dir / f"ratio_{_shape_name(*shape)}.png")
         if ratio:
@@ -61,7 +61,7 @@ def _hit_tag(df: pd.DataFrame):
 def _latency_figure(per_run, kinds, heading, oracles, path: Path) -> Path:
     fig, axes = panels(len(kinds))
     axes = dict(zip(kinds, axes))
-    color = Palette()
+    style = Styles()
     for run, df in per_run:
         tag = _hit_tag(df)
         for (kind, backend, strategy, mode, hit), g in df.groupby(["kind", "backend", "strategy", "mode", "prefix_ratio"]):
@@ -69,13 +69,12 @@ def _latency_figure(per_run, kinds, heading, oracles, path: Path) -> Path:
             name = line_label(run, backend_name(backend, oracles), mode, tag(kind, hit), strategy)
             axes[kind].errorbar(g["num_tokens"], g["median_ms"],
                                 yerr=[g["median_ms"] - g["p10_ms"], g["p90_ms"] - g["median_ms"]],
-                                linestyle=LINESTYLES.get(strategy, ":"), marker="o" if mode == "graph" else "s",
-                                capsize=2, color=color(name), label=name)
+                                capsize=2, **style(name, backend, strategy))
     for kind, ax in axes.items():
         plain_log_y(ax, "median latency, ms (bars: p10-p90)")
         _kind_axis(ax, kind, per_run)
-    shape_text, rows = heading
-    what = f"attention latency, {shape_text}"
+    shape, rows = heading
+    what = f"attention latency, {shape}"
     return finish(fig, list(axes.values()), title(what, rows, settings_text(rows, SETTINGS)), path)
 
 
@@ -108,7 +107,7 @@ def _ratio_figure(per_run, kinds, heading, oracles, path: Path) -> Path | None:
         return None
     fig, axes = panels(len(kinds))
     axes = dict(zip(kinds, axes))
-    color = Palette()
+    style = Styles()
     with_interval = False
     for run, ratios in all_ratios:
         if ratios.empty:
@@ -121,8 +120,8 @@ def _ratio_figure(per_run, kinds, heading, oracles, path: Path) -> Path | None:
             bars = g["low"].notna().any()
             with_interval |= bars
             yerr = [(g["ratio"] - g["low"]).fillna(0).clip(lower=0), (g["high"] - g["ratio"]).fillna(0).clip(lower=0)]
-            axes[kind].errorbar(g["num_tokens"], g["ratio"], yerr=yerr if bars else None, capsize=3, marker="o",
-                                linestyle=LINESTYLES.get(strategy, ":"), color=color(name), label=name)
+            axes[kind].errorbar(g["num_tokens"], g["ratio"], yerr=yerr if bars else None, capsize=3,
+                                **style(name, backend, strategy))
     rows = pd.concat([r for _, r in all_ratios if not r.empty])
     names = ratio_names(rows["strategy"].unique())
     clipped = False
@@ -133,6 +132,6 @@ def _ratio_figure(per_run, kinds, heading, oracles, path: Path) -> Path | None:
     bars = (f"bars: {CONFIDENCE:.0%} interval over paired replicates"
             + ("; a bar leaving the panel is wider than shown" if clipped else "") if with_interval
             else "no interval: one replicate per row; --replicates 3 gives one")
-    shape_text, measured = heading
-    what = f"{names} time ratio, {shape_text}"
+    shape, measured = heading
+    what = f"{names} time ratio, {shape}"
     return finish(fig, list(axes.values()), title(what, measured, settings_text(measured, SETTINGS), bars), path)

@@ -60,9 +60,6 @@ def mixed_settings(rows: pd.DataFrame) -> dict[str, list[str]]:
             "decode_seqs": [str(n) if m and n else "-" for m, n in zip(mixed, seqs)]}
 
 
-LINESTYLES = {"unified": "-", "split": "--", "fused": "-."}  # one line style per strategy, in every plot
-
-
 def strategies_in(names) -> list[str]:
     """The strategies among `names`, known ones in STRATEGIES order (unified first), then any other."""
     names = [n for n in names if isinstance(n, str) and n]

@@ -253,7 +253,7 @@ def write_replay_outputs(run: RunDir, env: dict, steps: pd.DataFrame, console: C
     summary = run.write_text("summary.md", summary_text(rows, steps, trace))
     env["replay"]["results"] = summary_record(rows, steps)
     run.write_env(env)
-    plots = plot_replay(rows, steps, run.path)
+    plots = plot_replay(rows, steps, run.path, replay["trace"])
     run.record(*plots)
     verdicts = rows["verdict"].value_counts().to_dict()
     console.print("rows: " + ", ".join(f"{v} {k}" for k, v in verdicts.items()))

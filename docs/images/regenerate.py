@@ -1,9 +1,10 @@
 """Redraw the pictures shown in docs/guides/results.md from real runs, with `attnbench plot` itself.
 
-The committed ones come from CPU runs (pipeline demos); on a GPU machine, rerun this with a kernel
-run made with --replicates 3 and an e2e run, and commit the result:
+Each kind of run is optional; the kernel and replay pictures come from the shipped H200 examples,
+which redraw on any machine (a CPU one included), the e2e ones need an e2e run:
 
-    python docs/images/regenerate.py KERNEL_RUN E2E_RUN
+    python docs/images/regenerate.py --kernel results/examples/h200-fa2-gqa-graph \
+        --replay results/examples/h200-replay-chat-high [--e2e E2E_RUN]
 
 Each PNG is written by `attnbench plot RUN --out <a temporary directory>`, then reduced to a
 128-colour palette (Pillow, which matplotlib installs) so that each stays small in the repository.
@@ -11,6 +12,7 @@ Each PNG is written by `attnbench plot RUN --out <a temporary directory>`, then 
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import tempfile
@@ -22,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 # (picture in docs/images/, the glob of the PNG `attnbench plot` writes for that kind of run)
 KERNEL = [("kernel-latency.png", "latency_*.png"), ("kernel-ratio.png", "ratio_*.png")]
 E2E = [("e2e-latency.png", "e2e_latency.png"), ("e2e-ratio.png", "e2e_ratio.png")]
+REPLAY = [("replay-speedup-cdf-h200.png", "replay_speedup_cdf.png")]
 
 
 def redraw(run: Path, pictures: list[tuple[str, str]]) -> None:
@@ -38,7 +41,12 @@ def redraw(run: Path, pictures: list[tuple[str, str]]) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        raise SystemExit("usage: python docs/images/regenerate.py KERNEL_RUN E2E_RUN")
-    redraw(Path(sys.argv[1]), KERNEL)
-    redraw(Path(sys.argv[2]), E2E)
+    parser = argparse.ArgumentParser(description="Redraw docs/images/ from runs with `attnbench plot`.")
+    for flag in ("kernel", "e2e", "replay"):
+        parser.add_argument(f"--{flag}", type=Path, help=f"a {flag} run to draw the {flag} pictures from")
+    given = parser.parse_args()
+    runs = [(run, pictures) for run, pictures in ((given.kernel, KERNEL), (given.e2e, E2E), (given.replay, REPLAY)) if run]
+    if not runs:
+        parser.error("give at least one of --kernel, --e2e, --replay")
+    for run, pictures in runs:
+        redraw(run, pictures)
