@@ -49,6 +49,7 @@ from attnbench.traces.requests import TimedRequest, read_burstgpt, read_timed
 CPU_REQUESTS = 1  # on the CPU: the trace's first request, served 2 times per choice, a pipeline demo under a minute
 SERVES = {"cpu": 2, "cuda": 3}  # --iters when not given: measured serves per choice (2: the fewest with an interval)
 MAX_RUNNING = 128  # --max-num-seqs when not given: every request, up to vLLM's usual cap
+MAX_SPAN_S = 86_400  # arrivals honoured are waited for in real time: a serve past a day is a mistake, not a plan
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,11 @@ def with_trace_defaults(args: E2EArgs, device_type: str) -> tuple[E2EArgs, dict[
 def trace_setup(args: E2EArgs, trace: RequestTrace, device: torch.device) -> TraceSetup:
     """Refuse what cannot run before a weight is made: positions, a backend x strategy, memory."""
     margs, path = resolve_model(args.model)
+    span = trace.requests[-1].arrival if args.arrivals == "trace" else 0.0
+    if span > MAX_SPAN_S:
+        raise UsageError(f"--trace {trace.path}: the served requests arrive over {span:.4g} s, and each serve waits "
+                         f"for them in real time (at most {MAX_SPAN_S} s); keep fewer with --max-requests or use "
+                         "--arrivals all-at-once")
     longest = max(r.input_len + r.output_len for r in trace.requests)
     if longest > margs.max_positions:
         raise UsageError(f"--trace {trace.path}: a request of {longest} tokens (prompt + output) exceeds "
