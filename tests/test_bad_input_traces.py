@@ -58,6 +58,8 @@ BAD_TRACES = {  # name -> (file bytes, words the error line holds)
     "kv_len missing": (lines(HEADER, {"query_len": [1]}), [":2:", "kv_len: missing"]),
     "query_len zero": (lines(HEADER, {"query_len": [0], "kv_len": [4]}), [":2:", "query_len:", "between 1"]),
     "kv_len negative": (lines(HEADER, {"query_len": [1], "kv_len": [-4]}), [":2:", "kv_len:"]),
+    "kv_len of 401 digits": (lines(HEADER, {"query_len": [1], "kv_len": [10**400]}),
+                             [":2:", "kv_len:", "got an integer of 401 digits"]),
     "kv_len below query_len": (lines(HEADER, STEP, {"query_len": [1, 9], "kv_len": [9, 8]}),
                                [":3:", "kv_len: must be at least query_len", "request 1"]),
     "query_len text": (lines(HEADER, {"query_len": ["1"], "kv_len": [4]}), [":2:", "query_len: expected an integer"]),
