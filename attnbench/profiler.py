@@ -6,7 +6,10 @@ timed samples, whose medians stay unperturbed) and leaves, per label, in the run
   the layout TensorBoard's torch-tb-profiler plugin reads (`tensorboard --logdir <run dir>`);
 - profile/chrome/<label>.json: the same Chrome trace under a stable name for ui.perfetto.dev
   (kineto saves a trace once, so this is a copy of the handler's file, not a second export);
-- profile_kernels.csv: the kernel breakdown (calls, total and mean µs, share).
+- profile_kernels.csv: the kernel breakdown (calls, total and mean µs, share);
+- profile/profiler.log: what the profiler's C++ side (kineto) prints to the process's stdout and
+  stderr (`USDT: ... profiler_start`, warnings): written straight to file descriptors 1 and 2, past
+  Python's sys.stdout, it used to land in the progress bar (native_output_to).
 Kernels replayed from a CUDA graph have no CPU op to be attributed to, so rows are keyed by the
 kernel's own name. Without a GPU the breakdown falls back to CPU ops' self time, so the CPU path
 still yields a table. NVTX ranges (`nvtx_range`) mark sweep points and engine steps for Nsight
@@ -17,8 +20,10 @@ call it); results/profiling.py reads what it leaves and writes the report.
 from __future__ import annotations
 
 import csv
+import os
 import re
 import shutil
+import sys
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,7 +43,7 @@ from torch.profiler import (
 ATTENTION_KERNEL = re.compile(r"flash|fmha|attn|attention", re.IGNORECASE)
 BREAKDOWN_COLUMNS = ["source", "rank", "kernel", "calls", "calls_per_step", "total_us", "mean_us", "share",
                      "attention", "steps", "chrome_trace"]
-CSV_NAME, TRACE_DIR = "profile_kernels.csv", "profile"
+CSV_NAME, TRACE_DIR, LOG_NAME = "profile_kernels.csv", "profile", "profiler.log"
 
 
 @lru_cache(maxsize=1)
@@ -109,6 +114,42 @@ def annotation_ranges(events) -> dict[str, tuple[int, float]]:
     return {name: (len(times), round(sum(times), 3)) for name, times in found.items()}
 
 
+@contextmanager
+def native_output_to(log: Path) -> Iterator[None]:
+    """File descriptors 1 and 2 into `log` (appended), while Python's sys.stdout and sys.stderr keep
+    writing where they did: a rich console (the progress bar) reads sys.stdout when it writes, so it
+    goes on drawing while what C++ code writes to the descriptors goes to the file."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    names = {1: "stdout", 2: "stderr"}
+    for name in names.values():
+        getattr(sys, name).flush()
+    saved = {fd: os.dup(fd) for fd in names}
+    python = {name: getattr(sys, name) for name in names.values()}
+    for fd, name in names.items():  # a stream on the descriptor itself would follow it into the file
+        if _writes_to(python[name], fd):
+            setattr(sys, name, open(saved[fd], "w", buffering=1, encoding=python[name].encoding or "utf-8",
+                                    errors="replace", closefd=False))
+    try:
+        with log.open("ab") as f:
+            for fd in names:
+                os.dup2(f.fileno(), fd)
+            yield
+    finally:
+        for name in names.values():
+            getattr(sys, name).flush()
+            setattr(sys, name, python[name])
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+def _writes_to(stream, fd: int) -> bool:
+    try:
+        return stream.fileno() == fd
+    except (AttributeError, OSError, ValueError):  # a test's StringIO, a closed stream
+        return False
+
+
 def profile_callable(fn: Callable[[], object], out_dir: Path, label: str, active: int = 3,
                      wait: int = 1, warmup: int = 1) -> Profile:
     """Run fn (a timing.Runner or any zero-argument callable) wait + warmup + active times under
@@ -132,8 +173,9 @@ def profile_callable(fn: Callable[[], object], out_dir: Path, label: str, active
         result.ranges = annotation_ranges(events)
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
-                 on_trace_ready=on_trace_ready, record_shapes=False) as prof:
+    with native_output_to(out_dir / LOG_NAME), profile(
+            activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
+            on_trace_ready=on_trace_ready, record_shapes=False) as prof:
         for _ in range(wait + warmup + active):
             fn()
             if cuda:

@@ -202,3 +202,39 @@ def test_a_map_promises_numbers_in_its_cells_only_when_it_writes_them(atlas_dir,
     big, small = drawn[tmp_path / "map40.png"], drawn[tmp_path / "map12.png"]
     assert "number: the best time" in " ".join(big[1].detail) and big[0].axes[0].texts
     assert "number:" not in " ".join(small[1].detail) and not small[0].axes[0].texts
+
+
+def headline_of(output: str) -> list[str]:
+    """The console's closing headline: the lines between `stopped:` and `results:`."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("stopped:"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("results:"))
+    return lines[start + 1:end]
+
+
+def test_a_cpu_atlas_ends_with_each_choice_s_times_and_no_verdict(atlas_dir):
+    out, output = atlas_dir
+    headline = headline_of(output)
+    cells = pd.read_csv(out / "cells.csv")
+    assert headline[0].startswith(f"{len(cells)} cells (CPU: pipeline demo")
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in headline[1:]
+            if line.startswith("| ") and "---" not in line}
+    for choice in ("reference unified", "reference split"):
+        ms = cells[f"{choice} ms"]
+        assert rows[choice] == [f"4 of 4", f"{ms.min():.4g} – {ms.max():.4g}"]
+    assert not any(word in " ".join(headline).lower() for word in ("winner", "faster", "slower", "wins"))
+
+
+def test_a_gpu_atlas_headline_names_the_winners_and_where_they_change(atlas_dir):
+    from attnbench.results.atlas_report import headline
+
+    out, _ = atlas_dir
+    rows = gpu_like(pd.read_csv(out / "results.csv", dtype=str), 0.01)
+    cells = cell_table(rows, 8, cpu=False)
+    ranges = [parse_range(a, t) for a, t in zip(AXES, ("0:1:2", "16", "8", "0", "4", "32", "4:16:2"))]
+    lines = headline(cells, crossover_table(ranges, outcomes(cells), 8), ranges, cpu=False)
+    assert lines[0] == "4 cells" and "CPU" not in " ".join(lines)
+    assert any(line.startswith("| vllm-fa3 unified | 2 | 0 |") for line in lines)
+    assert any(line.startswith("| vllm-fa3 split | 2 | 0 |") for line in lines)
+    assert any(line.startswith("crossovers: 2 edge(s) where the winner changes (2 open)") for line in lines)
+    assert sum(line.startswith("| tokens | 4 – 16 |") for line in lines) == 2

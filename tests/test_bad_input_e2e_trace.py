@@ -40,6 +40,9 @@ FILES = [  # (file name, its bytes, what the one line names)
     ("t.jsonl", b"", "is empty"), ("t.jsonl", request() + b"not json\n", "t.jsonl:2"),
     ("t.jsonl", request(output_length=None), "t.jsonl:1: output_length"),
     ("t.jsonl", request(timestamp=-1), "t.jsonl:1: timestamp"),
+    ("t.jsonl", request() + request(timestamp=10**400), "t.jsonl:2: timestamp"),  # past a float: was OverflowError
+    ("t.jsonl", request() + b'{"timestamp": 1e999, "input_length": 6, "output_length": 2}\n', "t.jsonl:2: timestamp"),
+    ("t.jsonl", request() + request(prefix_length=10**400), "t.jsonl:2: prefix_length"),
     ("t.jsonl", request(input_length=0), "t.jsonl:1: input_length"),
     ("t.jsonl", request(input_length="6"), "t.jsonl:1: input_length"),
     ("t.jsonl", b"[1, 2]\n", "t.jsonl:1"), ("t.jsonl", b"\xff\xfe\n", "t.jsonl:1"),
@@ -91,7 +94,8 @@ def test_a_trace_flag_without_a_trace_is_refused(flag, value, tmp_path):
 def test_a_bad_trace_file_is_one_line_naming_it(name, data, named, tmp_path):
     path, out = tmp_path / name, tmp_path / "out"
     path.write_bytes(data)
-    line = assert_one_error_line(e2e("--trace", path, "--out", out), named)
+    # --max-requests: the requests as they are (the CPU demo's default cuts a prompt to 64 tokens)
+    line = assert_one_error_line(e2e("--trace", path, "--max-requests", "1", "--out", out), named)
     assert str(tmp_path) in line and path.read_bytes() == data and not out.exists()
 
 
@@ -127,3 +131,11 @@ def test_an_out_that_holds_a_run_is_not_touched(trace, tmp_path):
     (out / "trace.csv").write_text("keep\n")
     assert_one_error_line(e2e("--trace", trace, "--out", out), "not empty")
     assert (out / "trace.csv").read_text() == "keep\n" and sorted(p.name for p in out.iterdir()) == ["trace.csv"]
+
+
+def test_arrivals_a_serve_cannot_wait_for_are_refused(tmp_path):
+    """A finite timestamp far past a day would be slept for in real time (time.sleep overflows on 1e300)."""
+    path, out = tmp_path / "t.jsonl", tmp_path / "out"
+    path.write_bytes(request() + request(timestamp=1e300))
+    line = assert_one_error_line(e2e("--trace", path, "--max-requests", "2", "--out", out), "--max-requests")
+    assert "--arrivals all-at-once" in line and not out.exists()

@@ -97,3 +97,33 @@ def test_a_replay_shard_beside_a_kernel_run_or_alone_twice(runs, tmp_path):
     for name, inputs in cases.items():
         TRIED.add(("merge", name))
         refused(["merge", *inputs, "--out", tmp_path / "merged"], [], runs, tmp_path / "k")
+
+
+def with_replay(value):
+    return lambda env: {**env, "replay": value(env["replay"])}
+
+
+ENVS = {  # what is done to the second shard's env.json -> words the error holds (merge exited 0 on ea3bb51)
+    "another step count": (with_replay(lambda r: {**r, "steps": 99}), ["replay.steps", "99"]),
+    "another trace": (with_replay(lambda r: {**r, "sha256": "0" * 64}), ["replay.sha256"]),
+    "another bucket count": (with_replay(lambda r: {**r, "buckets": 7}), ["replay.buckets", "7"]),
+    "replay a list": (with_replay(lambda r: [r]), ["replay is a list, not an object"]),
+    "replay a string": (with_replay(lambda r: "x"), ["replay is the string"]),
+    "steps a string": (with_replay(lambda r: {**r, "steps": "2"}), ["replay.steps is the string"]),
+    "kinds a list": (with_replay(lambda r: {**r, "kinds": []}), ["replay.kinds"]),
+    "no replay": (lambda env: {k: v for k, v in env.items() if k != "replay"}, ["replay is missing"]),
+}
+
+
+@pytest.mark.parametrize("name", list(ENVS))
+@pytest.mark.parametrize("edited", [0, 1], ids=["first", "second"])
+def test_shards_whose_env_tells_of_another_replay_are_refused(runs, tmp_path, name, edited):
+    import json
+
+    edit, words = ENVS[name]
+    shards = shard_copies(runs, tmp_path)
+    env = shards[edited] / "env.json"
+    env.write_text(json.dumps(edit(json.loads(env.read_text()))))
+    TRIED.add(("env.json", name))
+    refused(["merge", *shards, "--out", tmp_path / "merged"], [str(shards[edited]), *words], *shards)
+    assert not (tmp_path / "merged").exists() or not any((tmp_path / "merged").iterdir())

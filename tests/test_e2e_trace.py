@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -153,16 +154,20 @@ def test_the_command_writes_every_file(tmp_path):
 
     trace = tmp_path / "t.requests.jsonl"
     trace.write_text("".join(json.dumps({"timestamp": t, "input_length": i, "output_length": o}) + "\n"
-                             for t, i, o in [(0.0, 8, 3), (0.05, 5, 2), (0.1, 6, 2)]))
+                             for t, i, o in [(0.0, 100, 12), (0.05, 5, 2), (0.1, 6, 2)]))
     out = tmp_path / "run"
     result = invoke("e2e", "--trace", trace, "--device", "cpu", "--out", out)
     assert result.exit_code == 0, result.output
     assert "CPU run:" in result.stdout and "--max-requests 1" in result.stdout
+    assert "cut to at most 64 prompt and 8 output tokens" in result.stdout  # the demo's default stays quick
+    assert_plan_and_eta(result.stdout, serves=4)
     for name in ("trace.csv", "requests.csv", "results.csv", "agreement.csv", "summary.md", "env.json",
                  "trace_latency.png", "trace_metrics.png"):
         assert (out / name).is_file(), name
     env = json.loads((out / "env.json").read_text())
     assert env["trace"]["requests_in_file"] == 3 and env["trace"]["requests_served"] == 1
+    assert env["trace"]["cpu_demo_cut_to"] == {"prompt_tokens": 64, "output_tokens": 8}
+    assert set(pd.read_csv(out / "requests.csv")["output_len"]) == {8}
     assert env["trace"]["arrivals"] == "trace" and len(env["trace"]["sha256"]) == 64 and env["e2e"]["serves"] == 2
     lines = (out / "requests.csv").read_text().splitlines()
     assert len(lines) == 1 + 2 * 2  # reference unified and split, 2 serves each, of the 1 request
@@ -172,6 +177,34 @@ def test_the_command_writes_every_file(tmp_path):
     assert (serves["graphs_captured_while_serving"] == 0).all() and (serves["verdict"] == "pass").all()
     summary = (out / "summary.md").read_text()
     assert "split faster" not in summary and "split slower" not in summary and "during the 4 timed serves: 0" in summary
+
+
+def assert_plan_and_eta(stdout: str, serves: int) -> None:
+    """The count of serves and an ETA before the first serve, an ETA after each, 0 s after the last
+    (ea3bb51 printed neither: 184 s of serves without a word of how long)."""
+    lines = stdout.splitlines()
+    said = [i for i, line in enumerate(lines) if re.search(r" (check serve[^,;]*|serve \d+): \d", line)]
+    assert any(line.startswith(f"{serves} serves in all; ETA after the first serve") for line in lines[:said[0]])
+    assert sum(bool(re.search(r" serve \d+: ", lines[i])) for i in said) == serves
+    eta = r"; ETA (\d+ s|\d+ min \d\d s|\d+ h \d+ min)( \(from 1 serve; refined after each\))?$"
+    assert all(re.search(eta, lines[i]) for i in said), [lines[i] for i in said]
+    assert lines[said[-1]].endswith("; ETA 0 s")
+
+
+def test_requests_given_by_max_requests_are_served_uncut_with_an_eta(tmp_path):
+    import pandas as pd
+    from bad_input_cli import invoke
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": t, "input_length": 70, "output_length": 9}) + "\n"
+                             for t in (0.0, 0.01)))
+    out = tmp_path / "run"
+    result = invoke("e2e", "--trace", trace, "--device", "cpu", "--max-requests", "2", "--strategy", "unified",
+                    "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "cut to" not in result.stdout and "cpu_demo_cut_to" not in (out / "env.json").read_text()
+    assert set(pd.read_csv(out / "requests.csv")["output_len"]) == {9}
+    assert_plan_and_eta(result.stdout, serves=2)
 
 
 def test_millisecond_timestamps_are_read_as_such(tmp_path):

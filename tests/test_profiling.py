@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -97,6 +98,50 @@ def test_without_profile_no_profile_files_are_written(tmp_path):
     invoke("kernel", *TINY, "--kind", "decode", "--strategy", "unified", "--device", "cpu", "--out", str(tmp_path))
     assert not (tmp_path / "profile").exists() and not (tmp_path / "profile_kernels.csv").exists()
     assert "Profile" not in (tmp_path / "summary.md").read_text()
+
+
+def test_profiler_output_stays_in_the_profile_folder_not_the_console(tmp_path, capfd):
+    """kineto writes `USDT: ... profiler_start/stop` (and warnings) to file descriptors 1 and 2: on
+    ea3bb51 16 such lines landed in the progress bar. Now they go to profile/profiler.log."""
+    result = CliRunner().invoke(app, ["kernel", *TINY, "--kind", "decode", "--device", "cpu", "--profile",
+                                      "--out", str(tmp_path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    out, err = capfd.readouterr()
+    for text in (out, err, result.output):
+        assert not any(word in text for word in ("USDT", "profiler_start", "profiler_stop", "gpuGetDeviceCount"))
+    assert (tmp_path / "profile" / "profiler.log").is_file()
+    assert "profile/profiler.log" in result.stdout
+
+
+def test_native_output_goes_to_the_log_and_python_s_to_the_console(tmp_path, capfd):
+    log = tmp_path / "p" / "native.log"
+    with profiler.native_output_to(log):
+        os.write(1, b"native out\n")
+        os.write(2, b"native err\n")
+        print("python out", flush=True)
+        print("python err", file=sys.stderr, flush=True)
+    out, err = capfd.readouterr()
+    assert "native" not in out + err and "python out" in out and "python err" in err
+    assert log.read_text() == "native out\nnative err\n"
+    os.write(1, b"after\n")  # the descriptors are back
+    assert capfd.readouterr().out == "after\n"
+
+
+def test_a_cpu_profile_says_attention_s_share_is_not_known_and_why(cpu_run):
+    """Every CPU row said "attention 0.0%": the reference backend's ops name no attention kernel."""
+    lines = profiling.overview(profiling.load_breakdown(cpu_run))
+    assert lines and all(o["attention_share"] is None for o in lines)
+    text = (cpu_run / "profile.md").read_text()
+    table = [line for line in text.splitlines() if line.startswith("| ") and "-reference-" in line]
+    assert len(table) == len(EXPECTED_LABELS) and all("| n/a on the CPU |" in line for line in table)
+    assert "0.0%" not in " ".join(line.split("|")[5] for line in table)
+    assert "Attention: n/a on the CPU: the reference backend's attention is plain torch ops" in text
+
+
+def test_a_device_profile_keeps_its_attention_share():
+    rows = pd.DataFrame([{"label": "x", "source": "device", "kernel": k, "total_us": us, "share": us / 4.0,
+                          "attention": a, "steps": 1} for k, us, a in (("flash_fwd", 3.0, True), ("memcpy", 1.0, False))])
+    assert profiling.overview(rows)[0]["attention_share"] == pytest.approx(0.75)
 
 
 # --- the breakdown itself ----------------------------------------------------------------------

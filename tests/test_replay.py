@@ -156,3 +156,37 @@ def test_shards_split_the_points_and_merge_joins_their_rows(tmp_path):
     assert result.exit_code == 0, result.output
     merged = pd.read_csv(tmp_path / "m" / "results.csv")
     assert sorted(merged["seed"]) == sorted(pd.concat(parts)["seed"]) and list(merged.columns[:4]) == REPLAY_COLUMNS
+
+
+def table_cells(lines: list[str]) -> dict[str, list[str]]:
+    """A markdown table's rows printed on the console, by first cell."""
+    return {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in lines
+            if line.startswith("| ") and "---" not in line and not line.startswith("| choice")}
+
+
+def test_replay_ends_with_its_totals_and_oracle_and_on_the_cpu_no_verdict(tmp_path):
+    """The console's closing table holds what env.json's replay.results holds (ea3bb51 ended at `rows:`)."""
+    from attnbench.results.replay import read_steps
+    from attnbench.results.replay_report import headline
+
+    trace, out = tmp_path / "t.jsonl", tmp_path / "r"
+    write_trace(trace)
+    result = invoke("replay", trace, *FAST, "--out", out)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    closing = lines[next(i for i, line in enumerate(lines) if line.startswith("rows:")) + 1:-1]
+    numbers = json.loads((out / "env.json").read_text())["replay"]["results"]["eager"]
+    cells, oracle = table_cells(closing), numbers["oracle"]
+    assert closing[0].startswith("eager: one layer's attention summed over the trace (CPU: pipeline demo")
+    for choice, total in numbers["totals_ms"].items():
+        assert float(cells[choice][0]) == pytest.approx(total, rel=1e-3)
+    assert float(cells["per-step oracle"][0]) == pytest.approx(oracle["total_ms"], rel=1e-3)
+    assert cells[oracle["best_single"]][1] == "1.000x"
+    assert closing[-1].startswith(f"best single choice: {oracle['best_single']}, ")
+    assert not any(word in " ".join(closing).lower() for word in ("faster", "slower", "winner", "saves"))
+    rows = pd.read_csv(out / "results.csv")
+    rows["device"] = "cuda:0"  # the same rows as a GPU's: the oracle's saving is said
+    said = headline(rows, read_steps(out))
+    saved = said[-1].split("the per-step oracle saves ")[1]
+    assert "CPU" not in said[0] and saved.endswith(" % over it")
+    assert float(saved.split()[0]) == pytest.approx(oracle["saving_pct"], abs=0.006)

@@ -4,6 +4,8 @@ trace. The verdicts' GPU path on synthetic rows (a CPU run gets none)."""
 
 from __future__ import annotations
 
+import re
+
 import json
 
 import pandas as pd
@@ -102,7 +104,8 @@ def synthetic(device: str, tpot: dict[str, list[float]]) -> pd.DataFrame:
 def test_split_vs_unified_is_called_only_where_the_paired_interval_clears_it():
     clear = strategy_verdicts(synthetic("cuda", {"unified": [5.0, 5.1, 4.9], "split": [6.0, 6.1, 5.9]}), cpu=False)
     tpot = clear.set_index("metric").loc["tpot_p50"]
-    assert tpot["verdict"] == "split slower" and float(tpot["interval"].split("-")[0]) > 1.05
+    assert tpot["verdict"] == "split slower" and float(tpot["interval"].split("x – ")[0]) > 1.05
+    assert re.fullmatch(r"\d\.\d+x – \d\.\d+x", tpot["interval"]), tpot["interval"]
     assert clear.set_index("metric").loc["ttft_p50", "verdict"] == "same"
     noisy = strategy_verdicts(synthetic("cuda", {"unified": [5.0, 8.0], "split": [6.0, 5.0]}), cpu=False)
     assert noisy.set_index("metric").loc["tpot_p50", "verdict"] == "noisy"
@@ -116,3 +119,12 @@ def test_compare_gives_gpu_trace_runs_a_verdict_from_the_serves():
     result = compare_runs(base, new, 0.05, kind=TRACE).rows.set_index("metric")
     assert result.loc["tpot_p50", "method"] == "replicates" and result.loc["tpot_p50", "verdict"] == "slower"
     assert result.loc["ttft_p50", "verdict"] == "same" and not result["label"].str.contains("nan").any()
+
+
+def test_intervals_and_times_read_with_units_and_sensible_rounding():
+    """ea3bb51 printed `0.000-313544.721` for two serves' interval and `1.622e+04 (1.596e+04-1.647e+04)` for ms."""
+    from attnbench.results.trace_results import ratio_interval, readable_ms
+
+    assert ratio_interval(0.0, 313544.721) == "< 0.001x – > 1000x"
+    assert ratio_interval(0.3201, 14.25) == "0.32x – 14.2x"
+    assert [readable_ms(v) for v in (16220.4, 131.3, 74.96, 0.04567)] == ["16,220", "131", "75", "0.0457"]

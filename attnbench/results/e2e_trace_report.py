@@ -28,7 +28,7 @@ DEFINITIONS = ("TTFT: first token - arrival; TPOT: (E2EL - TTFT) / (output token
                "(vLLM's benchmarks/serve.py definitions)")
 SERVES = ("per choice, before anything is timed: every graph bucket a step of the trace can reach captured, and an "
           "untimed check serve (its logits are the agreement's; on the CPU, where nothing is captured, it is also the "
-          "first measured serve); then {serves} measured serves, in rounds whose order rotates; each metric is the median over the serves (min-max). Split vs unified: the ratio over the "
+          "first measured serve); then {serves} measured serves, in rounds whose order rotates; each metric is the median over the serves (min – max). Split vs unified: the ratio over the "
           "serves paired by round, its 95 % interval, and a verdict only where the interval clears a "
           f"{THRESHOLD:.0%} change")
 AGREEMENT_COLUMNS = ["backend", "reference", "run", "verdict", "tokens_equal", "first_divergence", "max_logit_diff",

@@ -8,6 +8,7 @@ Refused with one line naming the directory: an input that is not a run directory
 and env.json), one given twice, a kernel sweep beside an e2e run, runs measured with another
 GPU, attnbench, torch or kernel library (unless allow_mixed: the merged env.json then lists what
 differed), shards that are not one whole split of one sweep (unless partial: results/shards.py),
+replay shards whose env.json tells of another replay (another trace, step count or bucketing),
 and two rows with one key but different results. A row that two inputs hold identically is kept
 once. The merged env.json is the first input's, with `merged` listing every input (its shard or
 ranks), the shards of the split it holds and lacks, and whether the split is complete.
@@ -24,7 +25,7 @@ from attnbench.errors import AttnbenchError
 from attnbench.results.env import RESUME_MUST_MATCH, env_value
 from attnbench.results.files import read_agreement_table, read_table
 from attnbench.results.read import TRACE, ResultKind, canonical, load_run, row_default
-from attnbench.results.schema import read_env
+from attnbench.results.schema import may_be_absent, mismatch, read_env
 from attnbench.results.shards import check_split, shares_of
 from attnbench.results.telemetry import read_telemetry
 
@@ -72,6 +73,47 @@ def read_run_dir(path: Path) -> MergeInput:
     tables = {name: read(path / name) for name, read in EXTRA_TABLES.items()
               if os.path.lexists(path / name)}
     return MergeInput(path, run.kind, env, header, rows, tables)
+
+
+@dataclass(frozen=True)
+class ReplayEnv:
+    """env.json's `replay` (runs/replay.py replay_env), as the merged replay's report reads it."""
+
+    trace: str
+    sha256: str
+    steps: int
+    kinds: dict[str, int]
+    buckets: int
+    bucket_ratio: float
+    bucket_split: int
+    exact_sample: int
+    seed: int
+    trace_steps: int = may_be_absent()
+
+
+# a shard's own: the trace's path on its machine (the sha256 must match) and the numbers of its rows
+REPLAY_MAY_DIFFER = ("trace", "results")
+
+
+def check_one_replay(runs: list[MergeInput]) -> None:
+    """Where any input is a replay shard, every input is one of the same replay: its env.json's
+    `replay` an object of the right types, equal to the first's in all but REPLAY_MAY_DIFFER."""
+    if not any("replay" in run.env for run in runs):
+        return
+    for run in runs:
+        replay = run.env.get("replay")
+        problem = "replay is missing" if replay is None else mismatch(replay, ReplayEnv, "replay")
+        if problem:
+            raise AttnbenchError(f"{run.path}/env.json: {problem}; merge joins the shards of one replay")
+    first = {k: v for k, v in runs[0].env["replay"].items() if k not in REPLAY_MAY_DIFFER}
+    for run in runs[1:]:
+        other = {k: v for k, v in run.env["replay"].items() if k not in REPLAY_MAY_DIFFER}
+        key = next((k for k in dict.fromkeys([*first, *other]) if first.get(k) != other.get(k)), None)
+        if key is not None:
+            raise AttnbenchError(f"{run.path}/env.json says replay.{key} = {str(other.get(key))[:60]}, "
+                                 f"{runs[0].path}/env.json {str(first.get(key))[:60]}: merge joins the shards of "
+                                 "one replay (one trace, one --steps, --bucket-ratio, --bucket-split, "
+                                 "--exact-sample and --seed)")
 
 
 def check_same_setup(runs: list[MergeInput], allow_mixed: bool) -> dict[str, dict[str, object]]:
@@ -132,6 +174,7 @@ def merge_runs(runs: list[MergeInput], allow_mixed: bool, partial: bool, command
             raise AttnbenchError(f"{runs[0].path} is {kind.describe()} and {run.path} {run.kind.describe()}: "
                                  "merge takes runs of one kind")
     mixed = check_same_setup(runs, allow_mixed)
+    check_one_replay(runs)
     split = check_split([shares_of(run.path, run.env) for run in runs], partial)
     header, rows, dropped = union_rows([(r.path, r.header, r.rows) for r in runs], lambda row: row_key(row, kind),
                                        lambda row: describe_key(row, kind))

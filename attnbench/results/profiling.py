@@ -10,10 +10,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from attnbench.profiler import BREAKDOWN_COLUMNS, CSV_NAME, TRACE_DIR
+from attnbench.profiler import BREAKDOWN_COLUMNS, CSV_NAME, LOG_NAME, TRACE_DIR
 from attnbench.results.tables import md_lines
 
 MARKDOWN_NAME = "profile.md"
+# why a CPU window has no attention share: "0.0 %" there was false (every op of a kernel sweep's window is attention's)
+NO_SHARE = "n/a on the CPU"
+NO_SHARE_WHY = ("attention: n/a on the CPU: the reference backend's attention is plain torch ops (bmm, softmax, "
+                "index), which name no attention kernel, so the ops cannot be told apart by name; on a GPU it is "
+                "the share of kernel time in kernels named flash, fmha, attn or attention")
 
 
 def short_name(kernel: str, width: int = 90) -> str:
@@ -37,8 +42,8 @@ def load_breakdown(run_dir: Path):
 
 
 def overview(df) -> list[dict]:
-    """One line per label: device time per profiled step, the attention kernels' share of it,
-    the top kernel and the named ranges (engine steps) with their mean wall time."""
+    """One line per label: device time per profiled step, the attention kernels' share of it (None
+    for CPU ops: NO_SHARE_WHY), the top kernel and the named ranges (engine steps) with their mean wall time."""
     lines = []
     for label, rows in df[df["source"] != "error"].groupby("label", sort=False):
         work = rows[rows["source"].isin(["device", "cpu"])]
@@ -48,9 +53,10 @@ def overview(df) -> list[dict]:
         attention = float(work.loc[work["attention"].astype(str) == "True", "total_us"].sum())
         top = work.sort_values("total_us", ascending=False).head(1)
         per_step = rows["calls_per_sample"].iloc[0] if "calls_per_sample" in rows else None  # kernel sweeps
+        source = work["source"].iloc[0] if not work.empty else ""
         lines.append({
-            "label": label, "source": work["source"].iloc[0] if not work.empty else "",
-            "us_per_step": total / steps, "attention_share": attention / total if total else 0.0,
+            "label": label, "source": source,
+            "us_per_step": total / steps, "attention_share": None if source == "cpu" else attention / total if total else 0.0,
             "us_per_call": total / steps / per_step if per_step and per_step == per_step else None,
             "top_kernel": short_name(str(top["kernel"].iloc[0]), 60) if not top.empty else "",
             "top_share": float(top["share"].iloc[0]) if not top.empty else 0.0,
@@ -74,9 +80,14 @@ def overview_markdown(lines: list[dict]) -> list[str]:
               "its share", *(["ranges (count, mean wall)"] if ranges else [])]
     rows = [[o["label"], "GPU kernels" if o["source"] == "device" else "CPU ops (self)", f"{o['us_per_step']:.1f}",
              *([f"{o['us_per_call']:.2f}" if o["us_per_call"] is not None else ""] if per_call else []),
-             f"{o['attention_share']:.1%}", f"`{o['top_kernel']}`", f"{o['top_share']:.1%}",
+             share_text(o), f"`{o['top_kernel']}`", f"{o['top_share']:.1%}",
              *([o["ranges"]] if ranges else [])] for o in lines]
-    return _md(header, rows)
+    why = [NO_SHARE_WHY[0].upper() + NO_SHARE_WHY[1:] + ".", ""] if any(o["attention_share"] is None for o in lines) else []
+    return [*_md(header, rows), *why]
+
+
+def share_text(line: dict) -> str:
+    return NO_SHARE if line["attention_share"] is None else f"{line['attention_share']:.1%}"
 
 
 def write_report(run_dir: Path, console=None, top: int = 10) -> Path | None:
@@ -123,9 +134,12 @@ def _print_overview(console, lines: list[dict], errors, path: Path) -> None:
                   "share", title="profile: GPU kernel time (CPU ops' self time without a GPU)")
     for o in lines:
         call = [f"{o['us_per_call']:.2f}" if o["us_per_call"] is not None else ""] if per_call else []
-        table.add_row(o["label"], f"{o['us_per_step']:.1f}", *call, f"{o['attention_share']:.1%}", o["top_kernel"],
+        table.add_row(o["label"], f"{o['us_per_step']:.1f}", *call, share_text(o), o["top_kernel"],
                       f"{o['top_share']:.1%}")
     console.print(table)
+    if any(o["attention_share"] is None for o in lines):
+        console.print(NO_SHARE_WHY, highlight=False, soft_wrap=True)
     for r in errors.itertuples(index=False):
         console.print(f"[yellow]profiling failed for {r.label}: {r.kernel}[/]", highlight=False, soft_wrap=True)
-    console.print(f"profile: {path}, {CSV_NAME}, traces under {path.parent / TRACE_DIR}")
+    console.print(f"profile: {path}, {CSV_NAME}, traces under {path.parent / TRACE_DIR} (the profiler's own output: "
+                  f"{TRACE_DIR}/{LOG_NAME})", highlight=False, soft_wrap=True)

@@ -13,7 +13,8 @@ import pandas as pd
 
 from attnbench.results.figures import CPU_MARK, is_cpu, where_it_ran
 from attnbench.results.notes import decision_counts
-from attnbench.results.replay import GOAL_PCT, modes_of, oracle, replicate_ranges, sample_errors, totals, wins
+from attnbench.results.replay import (GOAL_PCT, Total, modes_of, oracle, replicate_ranges, sample_errors, totals,
+                                      wins)
 from attnbench.results.tables import md_lines
 
 
@@ -21,16 +22,21 @@ def _ms(value: float) -> str:
     return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4g}"
 
 
+def _vs_fastest(found: list[Total]) -> dict[str, str]:
+    """Each choice's total over the fastest complete one (`1.042x`), or why it has no total."""
+    complete = [t for t in found if not t.missing]
+    fastest = complete[0].total_ms if complete else math.nan
+    return {t.choice: f"{t.total_ms / fastest:.3f}x" if not t.missing and fastest else
+            f"no total: {t.missing} bucket(s) without a passing row" for t in found}
+
+
 def totals_section(rows: pd.DataFrame, steps: pd.DataFrame, mode: str) -> list[str]:
     """The totals, with the p10 - p90 band of the samples and, with replicates, the range of the
     totals each replicate gives alone (what differs between runs)."""
     found, ranges = totals(rows, steps, mode), replicate_ranges(rows, steps, mode)
-    complete = [t for t in found if not t.missing]
-    fastest = complete[0].total_ms if complete else math.nan
+    ratios = _vs_fastest(found)
     lines = [[t.choice, _ms(t.total_ms), f"{_ms(t.low_ms)} – {_ms(t.high_ms)}",
-              " – ".join(map(_ms, ranges[t.choice])) if t.choice in ranges else "—",
-              f"{t.total_ms / fastest:.3f}x" if not t.missing and fastest else
-              f"no total: {t.missing} bucket(s) without a passing row"]
+              " – ".join(map(_ms, ranges[t.choice])) if t.choice in ranges else "—", ratios[t.choice]]
              for t in found]
     return ["### Attention time per layer over the trace", "",
             *md_lines(["choice", "total ms", "p10 – p90 ms", "replicates ms", "vs fastest"], lines), ""]
@@ -114,3 +120,26 @@ def summary_text(rows: pd.DataFrame, steps: pd.DataFrame, trace: dict) -> str:
         out += ["Rows that did not pass: " + ", ".join(f"{n} {v}" for v, n in counts.items())
                 + " (results.csv's reason column says why).", ""]
     return "\n".join(out)
+
+
+def headline(rows: pd.DataFrame, steps: pd.DataFrame) -> list[str]:
+    """What the console ends with, per mode: each choice's total, the per-step oracle beside them, and
+    the best single choice with what the oracle saves over it; a CPU run's says it is a demo and
+    leaves the saving out, as summary.md does (its timings name no winner)."""
+    cpu, out = is_cpu(rows), []
+    for mode in modes_of(rows):
+        found, best = totals(rows, steps, mode), oracle(rows, steps, mode)
+        ratios = _vs_fastest(found)
+        lines = [[t.choice, _ms(t.total_ms), ratios[t.choice]] for t in found]
+        if best is not None:
+            lines.append(["per-step oracle", _ms(best.total_ms), f"{best.total_ms / best.best_ms:.3f}x"
+                          if best.best_ms else "—"])
+        out += [f"{mode}: one layer's attention summed over the trace ({CPU_MARK})" if cpu else
+                f"{mode}: one layer's attention summed over the trace",
+                *md_lines(["choice", "total ms", "vs fastest"], lines)]
+        if best is None:
+            out.append("no choice passed on every bucket: no best single choice, no oracle")
+        else:
+            saving = "" if cpu else f"; the per-step oracle saves {best.saving * 100:.2f} % over it"
+            out.append(f"best single choice: {best.best}, {_ms(best.best_ms)} ms{saving}")
+    return out

@@ -75,10 +75,21 @@ def strategy_verdicts(serves: pd.DataFrame, cpu: bool) -> pd.DataFrame:
                 out.append({**row, "split / unified": math.nan, "interval": "", "verdict": "-"})
                 continue
             p = paired(ratios, THRESHOLD)
-            out.append({**row, "split / unified": p.ratio, "interval": f"{p.low:.3f}-{p.high:.3f}",
+            out.append({**row, "split / unified": p.ratio, "interval": ratio_interval(p.low, p.high),
                         "verdict": "-" if cpu else {"slower": "split slower", "faster": "split faster"}.get(
                             p.verdict, p.verdict)})
     return pd.DataFrame(out)
+
+
+def ratio_interval(low: float, high: float) -> str:
+    """`0.842x – 1.13x`; an end past 1000x or under 0.001x said so (two paired serves bound little)."""
+    end = lambda v: "< 0.001x" if v < 1e-3 else "> 1000x" if v > 1e3 else f"{v:.3g}x"  # noqa: E731
+    return f"{end(low)} – {end(high)}"
+
+
+def readable_ms(value: float) -> str:
+    """A time in ms for a reader: whole ms with thousands separated from 100 on, else 3 significant digits."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def trace_gab_entries(metrics: pd.DataFrame) -> list[dict]:
@@ -102,6 +113,7 @@ def metrics_table(metrics: pd.DataFrame, shown: tuple[str, ...] = HEADLINE) -> p
         line = {"backend": backend, "strategy": strategy, "mode": mode, "serves": int(g["serves"].max()),
                 "graphs captured while timed": int(g["graphs_captured_while_serving"].max())}
         for r in g.itertuples():
-            line[f"{r.metric} ms"] = f"{r.serve_median_ms:.4g} ({r.serve_min_ms:.4g}-{r.serve_max_ms:.4g})"
+            line[f"{r.metric} ms"] = (f"{readable_ms(r.serve_median_ms)} ({readable_ms(r.serve_min_ms)} – "
+                                      f"{readable_ms(r.serve_max_ms)})")
         lines.append(line)
     return pd.DataFrame(lines)

@@ -21,7 +21,7 @@ from attnbench.kernels.plan import check_measured
 from attnbench.results import files
 from attnbench.results.atlas_cells import cell_table, crossover_table, outcomes
 from attnbench.results.atlas_plots import pictures
-from attnbench.results.atlas_report import summary_text
+from attnbench.results.atlas_report import headline, summary_text
 from attnbench.results.atlas_refine import Exploration
 from attnbench.runs.rundir import RunDir
 
@@ -66,7 +66,8 @@ def write_tables(run: RunDir, env: dict, ranges: list, shape: CellShape, cpu: bo
     run.write_env(env)
     verdicts = rows["verdict"].value_counts().to_dict()
     console.print("rows: " + ", ".join(f"{v} {k}" for k, v in verdicts.items()))
-    located = (crossovers["status"] != "open").sum()
-    console.print(f"{len(cells)} cells; {len(crossovers)} crossover edge(s), {located} located; stopped: {stop}")
+    console.print(f"stopped: {stop}", highlight=False, soft_wrap=True, markup=False)
+    for line in headline(cells, crossovers, ranges, cpu):
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
     console.print(f"results: {run.path}/results.csv, cells.csv, crossovers.csv, summary.md, env.json")
     return rows, pictures(cells, crossovers, ranges, rows, run.path)

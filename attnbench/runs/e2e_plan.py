@@ -1,4 +1,5 @@
-"""What an e2e run will do and how long it should take: the plan before the first row, then an ETA.
+"""What an e2e run will do and how long it should take: the plan before the first row, then an ETA
+(ServeEta: the same for `e2e --trace`, whose unit is a serve of the whole trace).
 
 A run's time is its runs (generate calls) times what one run of each point costs. The count is
 known but for the measured runs, which the stopping rule decides row by row: the ETA is a range
@@ -110,3 +111,31 @@ class Eta:
             return f"ETA {duration(total(low))}-{duration(total(high))}, {low} to {high} measured runs a row{probe}"
         return (f"ETA {duration(total(float(np.mean(self.measured))))} (from {duration(total(low))} if every row "
                 f"stops at {low} runs to {duration(total(high))} at {high})")
+
+
+@dataclass
+class ServeEta:
+    """The remaining time of `e2e --trace`: each choice's serves left (check serves included) times
+    what its serves took so far (every choice's mean until it has one of its own)."""
+
+    left: dict[str, int]  # serves still to run, by choice
+    seconds: dict[str, list[float]] = field(default_factory=dict)
+
+    def served(self, choice: str, seconds: float) -> None:
+        self.left[choice] = max(0, self.left[choice] - 1)
+        self.seconds.setdefault(choice, []).append(seconds)
+
+    def stopped(self, choice: str) -> None:
+        """The choice failed: it serves no more."""
+        self.left[choice] = 0
+
+    def text(self) -> str:
+        """"ETA 1 min 05 s (from 1 serve; refined after each)"."""
+        every = [s for times in self.seconds.values() for s in times]
+        if not any(self.left.values()):
+            return "ETA 0 s"
+        if not every:
+            return "ETA after the first serve"
+        mean = lambda choice: float(np.mean(self.seconds.get(choice) or every))  # noqa: E731
+        left = sum(n * mean(choice) for choice, n in self.left.items())
+        return f"ETA {duration(left)}" + (" (from 1 serve; refined after each)" if len(every) == 1 else "")

@@ -47,8 +47,12 @@ from attnbench.traces.files import base_suffix
 from attnbench.traces.requests import TimedRequest, read_burstgpt, read_timed
 
 CPU_REQUESTS = 1  # on the CPU: the trace's first request, served 2 times per choice, a pipeline demo under a minute
+# ... cut to these many prompt and output tokens (a chat prompt of 1,274 tokens took 108 s on a 2-core host);
+# --max-requests given serves the requests as they are
+CPU_PROMPT, CPU_OUTPUT = 64, 8
 SERVES = {"cpu": 2, "cuda": 3}  # --iters when not given: measured serves per choice (2: the fewest with an interval)
 MAX_RUNNING = 128  # --max-num-seqs when not given: every request, up to vLLM's usual cap
+MAX_SPAN_S = 86_400  # arrivals honoured are waited for in real time: a serve past a day is a mistake, not a plan
 
 
 @dataclass(frozen=True)
@@ -61,12 +65,20 @@ class RequestTrace:
     in_file: int  # requests the file holds (BurstGPT rows without a response are not requests)
     skipped: int  # BurstGPT rows without response tokens
     requests: list[TimedRequest]
+    cut_to: tuple[int, int] | None = None  # the CPU demo's (prompt, output) tokens at most a request
 
     def record(self, arrivals: str) -> dict:
         """env.json's `trace`."""
         return {"path": str(self.path), "format": self.format, "sha256": self.sha256, "requests_in_file": self.in_file,
                 "requests_served": len(self.requests), "skipped_no_response": self.skipped, "arrivals": arrivals,
-                "prefix_length_ignored": sum(r.prefix_len > 0 for r in self.requests)}
+                "prefix_length_ignored": sum(r.prefix_len > 0 for r in self.requests),
+                **({"cpu_demo_cut_to": dict(zip(("prompt_tokens", "output_tokens"), self.cut_to))} if self.cut_to else {})}
+
+    def cut(self, prompt: int, output: int) -> RequestTrace:
+        """The CPU demo's requests: each prompt and output cut to at most `prompt` and `output` tokens."""
+        cut = [TimedRequest(r.arrival, min(r.input_len, prompt), min(r.output_len, output), min(r.prefix_len, prompt))
+               for r in self.requests]
+        return dataclasses.replace(self, requests=cut, cut_to=(prompt, output))
 
 
 def read_trace(path: Path, max_requests: int | None, time_unit: str = "s") -> RequestTrace:
@@ -118,6 +130,11 @@ def with_trace_defaults(args: E2EArgs, device_type: str) -> tuple[E2EArgs, dict[
 def trace_setup(args: E2EArgs, trace: RequestTrace, device: torch.device) -> TraceSetup:
     """Refuse what cannot run before a weight is made: positions, a backend x strategy, memory."""
     margs, path = resolve_model(args.model)
+    span = trace.requests[-1].arrival if args.arrivals == "trace" else 0.0
+    if span > MAX_SPAN_S:
+        raise UsageError(f"--trace {trace.path}: the served requests arrive over {span:.4g} s, and each serve waits "
+                         f"for them in real time (at most {MAX_SPAN_S} s); keep fewer with --max-requests or use "
+                         "--arrivals all-at-once")
     longest = max(r.input_len + r.output_len for r in trace.requests)
     if longest > margs.max_positions:
         raise UsageError(f"--trace {trace.path}: a request of {longest} tokens (prompt + output) exceeds "
@@ -145,13 +162,16 @@ def run_trace(args: E2EArgs, console: Console, command: list[str]) -> Path:
     device = resolve_device(args.device)
     args, scaled = with_trace_defaults(args, device.type)
     trace = read_trace(args.trace, args.max_requests, args.time_unit)
+    if "max-requests" in scaled:  # the demo's default: quick; --max-requests given serves requests as they are
+        trace = trace.cut(CPU_PROMPT, CPU_OUTPUT)
     setup = trace_setup(args, trace, device)
     gpu = device_name(device)
     run = RunDir.claim(args.out, None, args.force, default_out_dir(gpu or "cpu", "e2e-trace"))
     with run.locked():  # every refusal is behind: from here on the run speaks
         if scaled:
+            cut = f", cut to at most {CPU_PROMPT} prompt and {CPU_OUTPUT} output tokens" if trace.cut_to else ""
             console.print(cpu_run_line(f"a pipeline demo on reference attention serving the trace's first "
-                                       f"{len(trace.requests)} request(s), no verdicts", scaled),
+                                       f"{len(trace.requests)} request(s){cut}, no verdicts", scaled),
                           highlight=False, soft_wrap=True)
         env = trace_env(setup, command)
         run.write_env(env)

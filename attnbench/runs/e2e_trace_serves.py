@@ -15,6 +15,7 @@ serve's row says how many graphs it captured (0 once everything was captured up 
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +31,7 @@ from attnbench.e2e.serving import Served, serve, trace_prompts
 from attnbench.errors import error_reason
 from attnbench.kernels.rows import cells
 from attnbench.kernels.sweep import failure_verdict
+from attnbench.runs.e2e_plan import ServeEta, duration
 
 
 @dataclass
@@ -47,6 +49,22 @@ class Choice:
     check_tokens: list[list[int]] | None = None
     check_failure: str = ""  # the check serve's logits or agreement failed: every serve's row fails
     failed: dict | None = None  # verdict and reason: it could not serve
+    check_s: float = 0.0  # the check serve's wall time (the ETA's first reading)
+
+    @property
+    def name(self) -> str:
+        return f"{self.backend} {self.strategy}"
+
+
+def start_eta(setup, console: Console) -> ServeEta:
+    """Every serve the run will make, by choice (a GPU's untimed check serve too; a CPU's is its first
+    measured one), said once before the first; the ETA follows each serve."""
+    each = setup.serves + (setup.device.type == "cuda")
+    eta = ServeEta({f"{b} {s}": each for b in setup.choices for s in setup.args.strategy})
+    span = max(setup.arrivals)
+    least = f", each at least {duration(span)} (the arrivals' span)" if span >= 1 else ""
+    console.print(f"{sum(eta.left.values())} serves in all{least}; {eta.text()}", highlight=False, soft_wrap=True)
+    return eta
 
 
 def serve_choices(setup, console: Console, rows: list[dict], request_rows: list[dict], agreements: list[dict]) -> None:
@@ -62,9 +80,10 @@ def serve_choices(setup, console: Console, rows: list[dict], request_rows: list[
             "block_size": args.block_size, "chunk_size": args.chunk_size or 0, "device": setup.device.type,
             "gpu": device_name(setup.device) or "cpu", "arrivals": args.arrivals, "max_num_seqs": setup.max_num_seqs,
             "trace": setup.trace.path.name}
-    choices = []
+    choices, eta = [], start_eta(setup, console)
     for backend, choice in setup.choices.items():
-        prepared = [prepare(engines, setup, backend, s, choice, base, prompts, outputs) for s in args.strategy]
+        prepared = [checked(prepare(engines, setup, backend, s, choice, base, prompts, outputs), eta, console)
+                    for s in args.strategy]
         agreements += strategy_agreements(backend, choice, prepared)
         choices += prepared
     for c in choices:
@@ -76,10 +95,21 @@ def serve_choices(setup, console: Console, rows: list[dict], request_rows: list[
         for c in choices[shift:] + choices[:shift]:  # rotated: no choice always first after the idle gap
             if c.failed:
                 continue
-            row, requests = measure(c, serve_index, setup.arrivals, prompts, outputs)
+            row, requests = measure(c, serve_index, setup.arrivals, prompts, outputs, eta)
             rows.append(row)
             request_rows += requests
-            console.print(progress_line(row), highlight=False, soft_wrap=True)
+            console.print(f"{progress_line(row)}; {eta.text()}", highlight=False, soft_wrap=True)
+
+
+def checked(c: Choice, eta: ServeEta, console: Console) -> Choice:
+    """A prepared choice's check serve counted in the ETA and said (a failed one serves no more)."""
+    if c.failed:
+        eta.stopped(c.name)
+        return c
+    eta.served(c.name, c.check_s)
+    also = " (also its first measured serve)" if c.first is not None else ""
+    console.print(f"{c.name} check serve{also}: {c.check_s:.3g} s; {eta.text()}", highlight=False, soft_wrap=True)
+    return c
 
 
 def prepare(engines: ModelEngines, setup, backend: str, strategy: str, choice: GraphChoice, base: dict,
@@ -90,7 +120,9 @@ def prepare(engines: ModelEngines, setup, backend: str, strategy: str, choice: G
     try:
         c.engine = engines.engine(backend, strategy, choice.cudagraph, setup.args.graph_policy)
         c.engine.capture_every(setup.max_step_tokens)
+        started = time.perf_counter()
         c.check = serve(c.engine, setup.arrivals, prompts, outputs, record_logits=True)  # captures nothing now
+        c.check_s = time.perf_counter() - started
         c.graphs_before_timing = c.engine.graph_stats()[0]
         c.first = None if c.engine.cuda else c.check
         if not all(bool(torch.isfinite(x).all()) for x in c.check.logits):
@@ -100,14 +132,16 @@ def prepare(engines: ModelEngines, setup, backend: str, strategy: str, choice: G
     return c
 
 
-def measure(c: Choice, serve_index: int, arrivals: list[float], prompts: list, outputs: list[int]
+def measure(c: Choice, serve_index: int, arrivals: list[float], prompts: list, outputs: list[int], eta: ServeEta
             ) -> tuple[dict, list[dict]]:
     """One measured serve of a choice: its row and its requests' rows (none when it failed, which
-    ends the choice's serves)."""
+    ends the choice's serves); the ETA told what it took (the check serve reused is counted already)."""
     head = {**c.head, "serve": serve_index}
     try:
-        before = c.engine.graph_stats()[0]
+        before, started = c.engine.graph_stats()[0], time.perf_counter()
         served = c.first or serve(c.engine, arrivals, prompts, outputs)
+        if c.first is None:
+            eta.served(c.name, time.perf_counter() - started)
         c.first = None
         same = sum(a == b for x, y in zip(served.tokens, c.check_tokens) for a, b in zip(x, y)) / sum(outputs)
         measures = summarize(served)
@@ -116,6 +150,7 @@ def measure(c: Choice, serve_index: int, arrivals: list[float], prompts: list, o
             graphs_captured_while_serving=c.engine.graph_stats()[0] - before, agreement=c.head["agreement"]))}
     except Exception as exc:  # noqa: BLE001  one failed serve must not lose the others
         c.failed = {"verdict": failure_verdict(exc), "reason": error_reason(exc)}
+        eta.stopped(c.name)
         return {**head, **c.failed}, []
     label = {k: head[k] for k in ("backend", "strategy", "mode", "serve")}
     return row, [{**label, **request_row(i, r)} for i, r in enumerate(served.requests)]

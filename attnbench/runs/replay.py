@@ -31,7 +31,7 @@ from attnbench.results import files
 from attnbench.results.env import collect
 from attnbench.results.replay import STEP_COLUMNS, summary_record
 from attnbench.results.replay_plots import plot_replay
-from attnbench.results.replay_report import summary_text
+from attnbench.results.replay_report import headline, summary_text
 from attnbench.runs.kernel import ContextDied, point_key, points_of_shard, resume_state, sweep_into, without
 from attnbench.runs.resume import flag_text, sweep_record
 from attnbench.runs.rundir import RunDir
@@ -257,5 +257,7 @@ def write_replay_outputs(run: RunDir, env: dict, steps: pd.DataFrame, console: C
     run.record(*plots)
     verdicts = rows["verdict"].value_counts().to_dict()
     console.print("rows: " + ", ".join(f"{v} {k}" for k, v in verdicts.items()))
+    for line in headline(rows, steps):
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
     console.print(f"results: {run.path}/results.csv, buckets.csv, {summary.name}, env.json, {len(plots)} plot(s)")
     check_measured(verdicts, run.path)

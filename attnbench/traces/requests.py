@@ -29,8 +29,14 @@ TIME_UNITS = {"s": 1.0, "ms": 1e-3}
 
 
 def seconds(value, name: str) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-        raise FieldError(name, f"expected a finite number >= 0, got {value!r}")
+    """A time >= 0 as a finite float; an integer past a float's range (JSON allows any digits) is refused too."""
+    try:
+        finite = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    except OverflowError:  # math.isfinite(10**400)
+        finite = False
+    if not finite or value < 0:
+        shown = "an integer past a float's range" if isinstance(value, int) and not finite else repr(value)
+        raise FieldError(name, f"expected a finite number >= 0, got {shown}")
     return float(value)
 
 

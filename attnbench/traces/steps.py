@@ -48,7 +48,8 @@ def count(value, name: str, low: int, high: int):
     if not isinstance(value, int) or isinstance(value, bool):
         raise FieldError(name, f"expected an integer, got {value!r}")
     if not low <= value <= high:
-        raise FieldError(name, f"must be between {low} and {high}, got {value}")
+        shown = value if abs(value) < 10**15 else f"an integer of {len(str(abs(value)))} digits"  # JSON has no cap
+        raise FieldError(name, f"must be between {low} and {high}, got {shown}")
     return value
 
 

@@ -5,7 +5,8 @@ A side is `python=PATH` (an interpreter, e.g. another venv with another kernel l
 `NAME=VALUE` environment variables for that worker alone (upper-case names: a test-only backend
 through ATTNBENCH_EXTRA_BACKENDS, CUDA_VISIBLE_DEVICES, ...), comma-separated. Left out, python
 is this interpreter and src this attnbench's own checkout, so two venvs need only `python=`, and
-two checkouts only `src=`. Everything is checked before any worker starts.
+two checkouts only `src=`. Everything is checked before any worker starts, a PYTHONPATH's entries
+too (a worker skips one that is not a folder without a word).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ def parse_side(text: str, name: str) -> Side:
             python = _python(value, flag)
         elif key == "src":
             src = _checkout(value, flag)
+        elif key == "PYTHONPATH":
+            variables[key] = _pythonpath(value, flag)
         elif ENV_NAME.fullmatch(key):
             variables[key] = value
         else:
@@ -83,6 +86,18 @@ def _checkout(value: str, flag: str) -> Path:
     if not (path / "attnbench" / "__init__.py").is_file():
         raise UsageError(f"{flag}: src={value}: not an attnbench checkout (no attnbench/__init__.py in it)")
     return path
+
+
+def _pythonpath(value: str, flag: str) -> str:
+    """Each entry a folder (or a .zip of modules), as Python would import from it; one that is not
+    would be skipped by the worker without a word, and the side would run other code than asked."""
+    for entry in filter(None, value.split(os.pathsep)):
+        path = Path(entry).expanduser()
+        if not (path.is_dir() or (path.is_file() and path.suffix == ".zip")):
+            what = "no such folder" if not path.exists() else "not a folder (nor a .zip)"
+            raise UsageError(f"{flag}: PYTHONPATH={value}: {entry}: {what}; each {os.pathsep}-separated entry is a "
+                             "folder Python imports from")
+    return value
 
 
 def check_sides(baseline: Side, candidate: Side) -> None:
