@@ -55,6 +55,10 @@
 #                      decode-heavy's and long-context's) for the rule's held-out check (issue 22)
 #   replays-noise 360  decode-heavy and chat-low with --replicates 2: is the per-step oracle real? then on the CPU,
 #                      benchmarks/oracle_repeat.py on each run (the oracle's picks from one replicate timed in the other)
+#   first-hour    570  what a new user meets on a GPU (issue 40): the README's main command, `kernel --profile`'s
+#                      console (profiler lines kept in profile/profiler.log), a sample trace's replay and a 20-cell
+#                      atlas ending with their headline tables, `e2e --trace` with its plan and ETA, and a small e2e
+#                      grid (the runs the docs' e2e pictures are redrawn from)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:?set OUT to the folder whose files come back}"
@@ -157,6 +161,20 @@ for section in "$@"; do
         run replay-$name-x2 180 $AB replay scenarios/traces/${t%%:*} --mode graph --budget-ms 5 --replicates 2 \
           --exact-sample 20 --bucket-ratio ${t##*:} --out "$OUT/replays-noise/$name"
       done ;;
+    first-hour)
+      fh="$OUT/first-hour"
+      run fh-kernel 120 $AB kernel --heads 32 --dim 128 --out "$fh/kernel"
+      run fh-profile 90 $AB kernel --heads 32 --kv-heads 8 --dim 128 --tokens 100,1000 --kind decode,mixed --profile \
+        --out "$fh/profile"
+      run fh-replay 150 $AB replay scenarios/traces/chat-high.jsonl --mode graph --budget-ms 5 --replicates 1 \
+        --exact-sample 20 --bucket-ratio 2 --out "$fh/replay-chat-high"
+      run fh-e2e-trace 120 $AB e2e --model llama-3-8b --trace scenarios/traces/chat-high.requests.jsonl --max-requests 8 \
+        --chunk-size 2048 --backend vllm-fa3,flashinfer --out "$fh/e2e-trace"
+      run fh-atlas 100 timeout -s INT -k 20 70 $AB atlas --heads 32 --gqa-group 4 --head-dim 128 --chunk 512 \
+        --backend vllm-fa3,flashinfer --strategy unified,split --mode graph --budget-ms 20 --replicates 1 --max-cells 20 \
+        --out "$fh/atlas"
+      run fh-e2e 120 $AB e2e --model llama-7b --input-len 32,512 --output-len 128,32 --batch-size 1,8 --backend vllm-fa3 \
+        --iters 10 --out "$fh/e2e" ;;
     replay-long) run replay-long-context 240 $AB replay scenarios/traces/long-context.jsonl.gz --mode graph --budget-ms 5 \
                    --replicates 1 --exact-sample 20 --bucket-ratio 3 --out "$OUT/replay-long/long-context" ;;
     *) echo "checks: unknown section $section" | tee -a "$OUT/checks.log"; printf '| %s | unknown | 0 | |\n' "$section" >> "$TABLE" ;;
