@@ -14,8 +14,9 @@ What the pages follow, and this test reads:
 - only `attnbench ...` commands run (`\\` continuations joined, each `&&` part on its own); pip,
   git, python, tensorboard and nsys lines are the reader's set-up;
 - the lists below, each entry with its reason: NOT_HERE (the reader's own files or machines),
-  FAILS_BY_DESIGN (a page shows the error), SLOW (runs on the CPU, but longer than this test may
-  take: run with ATTNBENCH_DOCS_SLOW=1); an entry that matches no command fails the test.
+  FAILS_BY_DESIGN (a page shows the error), SLOW (a whole command that runs on the CPU, but longer
+  than this test may take: run them with ATTNBENCH_DOCS_SLOW=1); an entry that matches no command
+  fails the test.
 The rule and dashboard guides run on results/examples, which other work regenerates: a failure
 there is an expected failure for now (XFAIL_PAGES), not a pass.
 """
@@ -27,6 +28,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +40,10 @@ from attnbench.cli.main import app
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", ROOT / "docs" / "index.md", *sorted((ROOT / "docs" / "guides").glob("*.md"))]
-INPUTS = ("scenarios", "results/examples")  # what a clone has that the commands read
+INPUTS = ("scenarios", "results/examples", "tests")  # what a clone has that the commands read
 BLOCK = re.compile(r"^( *)```bash\n(.*?)^\1```", re.MULTILINE | re.DOTALL)
 COMMAND_WORDS = ("attnbench", ".venv/bin/attnbench")
+PROFILE = "attnbench kernel --heads 32 --kv-heads 8 --dim 128 --tokens 100,1000 --kind decode,mixed --profile"
 
 NOT_HERE = {  # (page, the command's start): why it cannot run in a fresh clone
     ("README.md", "attnbench ab --baseline src=../attnbench-main"): "needs main checked out beside it (git worktree)",
@@ -65,19 +68,30 @@ NOT_HERE = {  # (page, the command's start): why it cannot run in a fresh clone
 FAILS_BY_DESIGN = {  # (page, the command's start): the error the page shows
     ("verify.md", "attnbench verify --device cpu --backend flex"): "nothing verify can judge here",
 }
-SLOW = {  # (page, the command's start): what it took here (2 cores, shared), each a finding
+SLOW = {  # (page, the whole command): what it took here (2 cores, shared with other jobs), each a finding
     ("README.md", ".venv/bin/attnbench kernel --heads 32 --dim 128"): "49-79 s: the CPU's default sweep, 30 rows",
     ("README.md", "attnbench e2e"): "19 s: the CPU's pipeline demo",
-    ("README.md", "attnbench replay steps.jsonl --out"): "24 s: the CPU's pipeline demo",
-    ("README.md", "attnbench kernel --heads 32 --kv-heads 8 --dim 128 --tokens 100,1000"): "329 s: --profile, 1000 tokens",
-    ("index.md", "attnbench kernel"): "17 s",
-    ("e2e.md", "attnbench e2e"): "10-20 s each; --trace 87 s",
-    ("kernel.md", "attnbench kernel"): "50 s and more each: the CPU's default sweep, or replicates of it",
-    ("profiling.md", "attnbench kernel"): "329 s: --profile, 1000 tokens",
-    ("multi-gpu.md", "attnbench kernel --heads 32 --dim 128 --shard"): "half the CPU's default sweep each",
-    ("multi-gpu.md", "attnbench merge runs/shard-0"): "merges the two shards above",
+    ("README.md", "attnbench replay steps.jsonl --out results/replay-cpu"): "24 s: the CPU's pipeline demo",
+    ("README.md", PROFILE): "329 s: --profile, 1000 tokens",
+    ("profiling.md", PROFILE): "329 s: --profile, 1000 tokens",
+    ("index.md", "attnbench kernel --heads 32 --kv-heads 8 --dim 128 --kind decode,mixed"): "17 s",
+    ("kernel.md", "attnbench kernel --heads 32 --dim 128"): "49-79 s: the CPU's default sweep",
+    ("kernel.md", "attnbench kernel --heads 12 --dim 64 --tokens 100,500,1000 --kind decode --context 1024"): "over 60 s",
+    ("kernel.md", "attnbench kernel --heads 32 --dim 128 --threshold 3% --max-replicates 6"): "minutes: replicates",
+    ("kernel.md", "attnbench kernel --heads 32 --dim 128 --replicates 3"): "minutes: 3 replicates of the default sweep",
+    ("kernel.md", "PYTHONPATH=tests ATTNBENCH_EXTRA_BACKENDS=fake_backends:FaultingBackend attnbench kernel --heads 32 "
+                  "--kv-heads 8 --dim 128 --tokens 4,8,12 --kind decode --backend test-fault --isolate"):
+        "10-22 s: a worker process per point",
+    ("e2e.md", "attnbench e2e"): "10-20 s: the CPU's pipeline demo",
+    ("e2e.md", "attnbench e2e --model tiny --device cpu --input-len 12 --output-len 4 --batch-size 1,3 --warmup 1 "
+               "--iters 2"): "17 s",
+    ("e2e.md", "attnbench e2e --trace scenarios/traces/chat-high.requests.jsonl"): "87 s: the CPU's pipeline demo",
+    ("multi-gpu.md", "attnbench kernel --heads 32 --dim 128 --shard 0/2 --out runs/shard-0"): "39 s",
+    ("multi-gpu.md", "attnbench kernel --heads 32 --dim 128 --shard 1/2 --out runs/shard-1"): "27 s",
+    ("multi-gpu.md", "attnbench merge runs/shard-0 runs/shard-1 --out runs/all"): "5 s, on the two shards above",
     ("replay.md", "attnbench replay decode-heavy.jsonl"): "60 s: the CPU's pipeline demo",
-    ("scenarios-and-ci.md", "attnbench calibrate --heads 32"): "over 70 s: two sweeps of 5 replicates",
+    ("scenarios-and-ci.md", "attnbench calibrate --heads 32 --dim 128 --kind decode --replicates 5"):
+        "over 70 s: two sweeps of 5 replicates",
 }
 XFAIL_PAGES = {"rule.md", "dashboard.md"}
 
@@ -109,17 +123,23 @@ def commands(page: Path) -> list[Command]:
     return found
 
 
-def entry(listing: dict, command: Command):
-    return next((value for (page, start), value in listing.items()
-                 if page == command.page and command.line.startswith(start)), None)
+def entry(listing: dict, command: Command, exact: bool = False):
+    """The listing's value for the command: keyed by its page and its start (its whole line: exact)."""
+    return next((value for (page, start), value in listing.items() if page == command.page
+                 and (command.line == start if exact else command.line.startswith(start))), None)
 
 
-def invoke(command: Command, monkeypatch) -> tuple[int, str, float]:
-    with monkeypatch.context() as patch:
-        for name, value in command.env:
-            patch.setenv(name, value)
-        start = time.perf_counter()
-        result = CliRunner().invoke(app, list(command.words), env={"COLUMNS": "200"})
+def invoke(command: Command) -> tuple[int, str, float]:
+    """In-process through CliRunner; a command with NAME=VALUE words before it in a subprocess, as a
+    shell runs it (the backend registry reads ATTNBENCH_EXTRA_BACKENDS when it is imported)."""
+    start = time.perf_counter()
+    if command.env:
+        env = {**os.environ, **dict(command.env), "COLUMNS": "200"}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(ROOT)) if p)  # attnbench, installed
+        done = subprocess.run([sys.executable, "-m", "attnbench", *command.words], env=env, capture_output=True,
+                              text=True, timeout=300)
+        return done.returncode, done.stdout + done.stderr, time.perf_counter() - start
+    result = CliRunner().invoke(app, list(command.words), env={"COLUMNS": "200"})
     crashed = result.exception if not isinstance(result.exception, SystemExit) else None
     output = result.output + (f"\n{type(crashed).__name__}: {crashed}" if crashed else "")
     return result.exit_code, output, time.perf_counter() - start
@@ -128,7 +148,7 @@ def invoke(command: Command, monkeypatch) -> tuple[int, str, float]:
 def fresh_clone(folder: Path) -> Path:
     """A folder as a clone has it: the inputs, in a git checkout (runs record its commit)."""
     for name in INPUTS:
-        shutil.copytree(ROOT / name, folder / name)
+        shutil.copytree(ROOT / name, folder / name, ignore=shutil.ignore_patterns("__pycache__"))
     git = ["git", "-c", "user.name=docs", "-c", "user.email=docs@test", "-C", str(folder)]
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "clone"]):
         subprocess.run([*git, *args], check=True, capture_output=True)
@@ -141,9 +161,9 @@ def test_the_pages_cpu_commands_exit_0(page, tmp_path, monkeypatch):
     slow_too = os.environ.get("ATTNBENCH_DOCS_SLOW") == "1"
     ran, failed = [], []
     for command in commands(page):
-        if command.gpu or entry(NOT_HERE, command) or (entry(SLOW, command) and not slow_too):
+        if command.gpu or entry(NOT_HERE, command) or (entry(SLOW, command, exact=True) and not slow_too):
             continue
-        code, output, seconds = invoke(command, monkeypatch)
+        code, output, seconds = invoke(command)
         expected = entry(FAILS_BY_DESIGN, command)
         ok = (code == 1 and expected in output) if expected else code == 0
         ran.append(f"{seconds:5.1f}s {command.page}: {command.line}")
@@ -164,16 +184,27 @@ def test_gpu_marked_commands_refuse_on_the_cpu(monkeypatch, tmp_path):
         pytest.skip("a GPU is visible: the marked commands would run, not refuse")
     monkeypatch.chdir(fresh_clone(tmp_path))
     marked = [c for page in PAGES for c in commands(page) if c.gpu]
-    ran = [(c, *invoke(c, monkeypatch)) for c in marked]
+    ran = [(c, *invoke(c)) for c in marked]
     wrong = [f"{c.page}: {c.line}: exit {code}: {output.strip()[-300:]}" for c, code, output, _ in ran
              if code != 1 or "--help`)" in output]
     assert marked and not wrong, "\n".join(wrong)
 
 
+def test_commands_on_the_readers_files_take_the_flags_they_give(monkeypatch, tmp_path):
+    """NOT_HERE commands cannot run here, but their flags are the CLI's: a missing file is the error,
+    never a flag the command lacks (click parses every flag before a command reads anything)."""
+    monkeypatch.chdir(fresh_clone(tmp_path))
+    listed = [c for page in PAGES for c in commands(page) if not c.gpu and entry(NOT_HERE, c)]
+    ran = [(c, *invoke(c)) for c in listed]
+    wrong = [f"{c.page}: {c.line}: {output.strip()[-300:]}" for c, _, output, _ in ran if "--help`)" in output]
+    assert listed and not wrong, "\n".join(wrong)
+
+
 def test_every_listed_command_is_on_its_page():
     lines = {(c.page, c.line) for page in PAGES for c in commands(page)}
-    stale = [key for key in {**NOT_HERE, **FAILS_BY_DESIGN, **SLOW}
+    stale = [key for key in {**NOT_HERE, **FAILS_BY_DESIGN}
              if not any(page == key[0] and line.startswith(key[1]) for page, line in lines)]
+    stale += [key for key in SLOW if key not in lines]
     assert stale == []
 
 
