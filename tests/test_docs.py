@@ -44,6 +44,49 @@ def test_readme_keeps_the_two_commands_that_ci_runs():
     assert ".venv/bin/python -m pytest -q" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
 
 
+def test_readme_installs_cpu_torch_before_attnbench():
+    """A machine without a GPU must not get the CUDA wheel: the CPU index comes first, then `-e .`."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    cpu_torch = readme.find("--index-url https://download.pytorch.org/whl/cpu")
+    assert -1 < cpu_torch < readme.find(".venv/bin/pip install -e . && .venv/bin/attnbench kernel")
+
+
+def test_readme_says_what_ci_runs():
+    """.ci/run installs more than the test extra and builds the site: the README may not say "exactly"."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "exactly this" not in readme
+    for what_ci_does, as_the_readme_says in [('pip install -e ".[test,docs]"', '".[test,docs]"'),
+                                             ("chromium", "Chromium"), ("plotly.js-basic", "Plotly's"),
+                                             ("mkdocs build --strict", "mkdocs build --strict")]:
+        assert what_ci_does in ci and as_the_readme_says in readme, what_ci_does
+
+
+def test_readme_names_the_extra_of_each_command_that_needs_one():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    extras = re.search(r"\[project.optional-dependencies\](.*?)\n\[", (ROOT / "pyproject.toml").read_text(), re.S)
+    for extra in ("rule", "dashboard", "vllm", "flashinfer", "tensorboard", "parquet", "notebook", "docs"):
+        assert re.search(rf"^{extra} = ", extras.group(1), re.M), f"pyproject.toml has no [{extra}] extra"
+        assert f"[{extra}]" in readme, f"the README does not name the [{extra}] extra"
+
+
+def test_readme_claims_telemetry_only_on_a_gpu():
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "`summary.md`, `telemetry.csv`" not in readme
+    assert "on a GPU `telemetry.csv`" in readme
+
+
+def test_the_top_level_help_names_the_trace_commands_there_are():
+    from typer.testing import CliRunner
+
+    from attnbench.cli import trace
+
+    listing = CliRunner().invoke(app, [], env={"COLUMNS": "250"}).output
+    line = next(row for row in listing.splitlines() if " trace " in row)
+    named = set(re.findall(r"[a-z][a-z-]+", line.split("Step traces:")[1]))
+    assert named == {info.name for info in trace.app.registered_commands}
+
+
 def test_docs_do_not_mention_files_outside_the_repository():
     paths = [ROOT / "README.md", *DOCS.rglob("*.md"), *DOCS.rglob("*.py")]
     assert mentions_outside(paths) == []

@@ -1,4 +1,4 @@
-"""Readers into the step trace: vLLM's shapes files, --case strings and batch specs, request traces
+"""Readers into the step trace: batch-shapes files, vLLM's --case strings and batch specs, request traces
 (timed JSON Lines, BurstGPT CSV) and the synthetic generator, each on text written here by hand from
 the grammars the module docstrings cite."""
 
@@ -21,6 +21,7 @@ SHAPES = {"cases": [
                                    {"query_len": 512, "kv_len": 1536, "chunked": True},
                                    {"query_len": 4, "kv_len": 60, "num_draft_tokens": 3}]},
     {"name": "prefill", "requests": [{"query_len": 64}]},
+    {"name": "hit", "requests": [{"query_len": 64, "kv_len": 192, "prefix_hit": 128}]},
 ]}
 
 
@@ -40,8 +41,18 @@ def test_cases_read_as_the_grammar_says():
     assert parse_case("p=128")[1].requests == (R(128, 128),)
 
 
+def test_cases_read_as_vllm_bench_forward_documents_them():
+    """`vllm bench forward --help`: K counts the query; a prefill's prefix is a prefix-cache hit
+    unless `c` marks a chunk; D drafts are among the Q (verify=16*4@4096:3)."""
+    assert parse_case("hit=2048@10240")[1].requests == (R(2048, 10240, prefix_hit=8192),)
+    assert parse_case("chunk=2048@10240c")[1].requests == (R(2048, 10240, chunked=True),)
+    assert parse_case("verify=16*4@4096:3")[1].requests == (R(4, 4096, num_draft_tokens=3),) * 16
+    assert parse_case("decode=32*1@8192")[1].requests == (R(1, 8192),) * 32
+    assert parse_case("mix=8192,32*1@8192")[1].requests == (R(8192, 8192),) + (R(1, 8192),) * 32
+
+
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
-def test_a_shapes_file_is_one_step_per_case(tmp_path, suffix):
+def test_a_batch_shapes_file_is_one_step_per_case(tmp_path, suffix):
     path = tmp_path / f"shapes{suffix}"
     if suffix == ".yaml":
         yaml = pytest.importorskip("yaml", reason="pyyaml is not installed: YAML shapes files are refused")
@@ -49,11 +60,12 @@ def test_a_shapes_file_is_one_step_per_case(tmp_path, suffix):
     else:
         path.write_text(json.dumps(SHAPES))
     named = read_shapes(path)
-    assert [name for name, _ in named] == ["decode", "mixed", "prefill"]
+    assert [name for name, _ in named] == ["decode", "mixed", "prefill", "hit"]
     assert named[0][1].requests == (R(1, 2048),) * 3
     assert named[1][1].requests == (R(1, 100), R(1, 100), R(512, 1536, chunked=True), R(4, 60, num_draft_tokens=3))
     assert named[2][1].requests == (R(64, 64),)
-    assert [step.kind for _, step in named] == ["decode", "mixed", "prefill"]
+    assert named[3][1].requests == (R(64, 192, prefix_hit=128),)
+    assert [step.kind for _, step in named] == ["decode", "mixed", "prefill", "prefill"]
 
 
 def test_a_timed_trace_reads_in_arrival_order_from_zero(tmp_path):

@@ -106,7 +106,8 @@ for name, command, settings in [("kernel", kernel.kernel, None), ("backends", ke
                                 ("ab", ab.ab, PASS_THROUGH),
                                 ("atlas", atlas.atlas, None)]:
     app.command(name, short_help=first_sentence(command), context_settings=settings)(command)
-app.add_typer(trace.app, name="trace", short_help="Step traces: convert, synthesize, summarize.")
+TRACE_COMMANDS = ", ".join(info.name for info in trace.app.registered_commands)  # the list cannot drift from them
+app.add_typer(trace.app, name="trace", short_help=f"Step traces: {TRACE_COMMANDS}.")
 app.add_typer(rule.app, name="rule", short_help="Dispatch rules fitted on measured rows, judged by regret.")
 app.add_typer(history.app, name="history", short_help="A history of runs over commits: file a run, list them.")
 app.command("dashboard", short_help=first_sentence(history.dashboard))(history.dashboard)

@@ -17,9 +17,9 @@ from attnbench.cli.options import Dtype
 from attnbench.console import make_console
 from attnbench.errors import UsageError
 
-app = typer.Typer(no_args_is_help=True, help="Step traces: convert vLLM shapes, batch specs, request traces and "
-                                              "engine step logs into attnbench's step trace, synthesize one, "
-                                              "summarize one.")
+app = typer.Typer(no_args_is_help=True, help="Step traces: convert (vLLM's bench forward cases and batch specs, "
+                                              "batch-shapes files, request traces, flashinfer-bench workloads, "
+                                              "engine step logs), synth, requests, summary, to-flashinfer-bench.")
 
 Out = Annotated[Path, typer.Option(help="The step trace to write (JSON Lines; new, empty, or a trace attnbench "
                                         "wrote, with --force). Example: --out traces/mine.jsonl")]
@@ -88,9 +88,9 @@ def _wrote(console, out: Path, trace) -> None:
 def convert(
     out: Out,
     steps: Annotated[Optional[Path], typer.Option(help="An attnbench step trace (to check it, or to record a shape in its header). Example: --steps traces/mine.jsonl")] = None,
-    shapes: Annotated[Optional[Path], typer.Option(help="A `vllm bench forward --shapes` file, JSON or YAML (YAML needs pyyaml); one step per case. Example: --shapes shapes.json")] = None,
-    case: Annotated[Optional[list[str]], typer.Option(help="A `vllm bench forward --case` string NAME=[N*]Q[@K][c][:D], requests joined by commas; repeat for more steps. Example: --case mix=32*1@2048,512@1024c")] = None,
-    batch_spec: Annotated[Optional[list[str]], typer.Option(help="A vLLM attention_benchmarks batch spec, (<count>)q<q_len>[k][kv<kv_len>[k]] joined by _; repeat for more steps. Example: --batch-spec 2q2k_32q1kv1k")] = None,
+    shapes: Annotated[Optional[Path], typer.Option(help="attnbench's batch-shapes file, JSON or YAML (YAML needs pyyaml): {\"cases\": [{\"name\", \"requests\": [{\"query_len\", \"kv_len\", ...}]}]} (docs/guides/traces.md); one step per case. Example: --shapes shapes.json")] = None,
+    case: Annotated[Optional[list[str]], typer.Option(help="A case as `vllm bench forward --case` takes it, NAME=\\[N*]Q\\[@K]\\[c]\\[:D]: N requests of Q query tokens on K keys, c a chunk, D drafts among the Q, requests joined by commas; repeat for more steps. Example: --case mix=32*1@2048,512@1024c")] = None,
+    batch_spec: Annotated[Optional[list[str]], typer.Option(help="A vLLM attention_benchmarks batch spec, (<count>)q<q_len>\\[k]\\[kv<kv_len>\\[k]] joined by _; repeat for more steps. Example: --batch-spec 2q2k_32q1kv1k")] = None,
     timed_trace: Annotated[Optional[Path], typer.Option(help="A request trace as vLLM's timed trace JSON Lines (timestamp, input_length, output_length), scheduled by the simulation. Example: --timed-trace requests.jsonl")] = None,
     burstgpt: Annotated[Optional[Path], typer.Option(help="A BurstGPT-style CSV (Timestamp, Request tokens, Response tokens), scheduled by the simulation. Example: --burstgpt BurstGPT_1.csv")] = None,
     time_unit: Annotated[str, typer.Option(help="Unit of --timed-trace timestamps: s or ms (Mooncake-style traces). Example: --time-unit ms")] = "s",
@@ -106,7 +106,7 @@ def convert(
     chunk_size: Chunk = 512, num_draft_tokens: Drafts = 0, step_ms: StepMs = 20.0, max_steps: MaxSteps = 100_000,
     force: Force = False,
 ) -> None:
-    """Convert one kind of input into a step trace: a vLLM shapes file, --case or batch-spec strings,
+    """Convert one kind of input into a step trace: a batch-shapes file, --case or batch-spec strings,
     flashinfer-bench workloads (one step each), a request trace (scheduled into steps by the simulation),
     or an SGLang or vLLM step log (its counts kept, the per-request lengths drawn and marked synthesized).
 

@@ -126,7 +126,7 @@ def convert(inputs: TraceInputs, shape: Shape, config: SchedulerConfig) -> Trace
         return Trace(Header(trace.header.source, shape.over(trace.header.shape), trace.header.synthesized,
                             trace.header.generator), trace.steps)
     if inputs.shapes:
-        return _named_steps(vllm_shapes.read_shapes(inputs.shapes), f"vllm bench forward --shapes {inputs.shapes}",
+        return _named_steps(vllm_shapes.read_shapes(inputs.shapes), f"batch-shapes file {inputs.shapes}",
                             shape)
     if inputs.cases:
         return _named_steps([vllm_shapes.parse_case(c) for c in inputs.cases], "vllm bench forward --case", shape)

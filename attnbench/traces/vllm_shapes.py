@@ -1,15 +1,21 @@
 """Readers of the exact batch shapes vLLM's benchmarks take: each case or spec becomes one step.
 
-- `vllm bench forward --shapes FILE` (JSON, or YAML when pyyaml is installed):
+- `vllm bench forward --case NAME=REQS` (vLLM's exact-batch model benchmark): REQS is a comma list
+  of `[N*]Q[@K][c][:D]`, N requests of Q query tokens on K keys including the query (default Q),
+  D draft tokens among the Q; a prefill's prefix (K - Q) is a prefix-cache hit unless `c` marks a
+  chunked prefill. The grammar and its meaning are those of the command's help as vLLM publishes
+  it (docs.vllm.ai/en/latest/cli/bench/forward/; v0.33.0's benchmarking/cli page points to the
+  command); its parser (vllm/entrypoints/cli/benchmark/, vllm/benchmarks/) was not in the copies
+  of vLLM's source searched here, so the code below is written from that help.
+- A batch-shapes file (`--shapes`, JSON, or YAML when pyyaml is installed): attnbench's own schema,
   `{"cases": [{"name": ..., "requests": [{"query_len", "kv_len", "num_draft_tokens", "chunked",
-  "count"}]}]}`; kv_len defaults to query_len (a prefill), the others to 0, false and 1.
-- `vllm bench forward --case NAME=[N*]Q[@K][c][:D]`: N requests of Q query tokens on K keys (default
-  Q), `c` a chunk of a longer prefill, D draft tokens among the Q; several requests joined by `,`.
-  Read from the grammar the issue quotes: vLLM's parser of it is not in the copy searched here.
+  "prefix_hit", "count"}]}]}`; kv_len defaults to query_len (a prefill), the others to 0, false,
+  0 and 1. `vllm bench forward --shapes` takes "a JSON or YAML file with cases" too, but vLLM's
+  published help gives no schema, so a file written for vLLM is not known to read here.
 - attention_benchmarks' batch specs (vLLM benchmarks/attention_benchmarks/batch_spec.py):
   `(<count>)q<q_len>[k][kv<kv_len>[k]]`, segments joined by `_`, `k` multiplying by 1024; the file
   there now writes `s<seq_len>` for `kv<kv_len>` (same meaning), and both are read.
-The grammars are vLLM's; the code is attnbench's own.
+The grammars of --case and the batch specs are vLLM's; the code is attnbench's own.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from attnbench.traces.steps import MAX_REQUESTS, FieldError, Request, TraceStep,
 # at most 9 digits a number: int() of a longer one is past every bound anyway (and of thousands, slow)
 CASE = re.compile(r"(?:(\d{1,9})\*)?(\d{1,9})(?:@(\d{1,9}))?(c)?(?::(\d{1,9}))?")
 SPEC = re.compile(r"(\d{1,9})?q(\d{1,9})(k?)(?:(?:kv|s)(\d{1,9})(k?))?")
-REQUEST_KEYS = ("query_len", "kv_len", "num_draft_tokens", "chunked", "count")
+REQUEST_KEYS = ("query_len", "kv_len", "num_draft_tokens", "chunked", "prefix_hit", "count")
 
 
 def expand(groups: list[tuple[int, Request]]) -> TraceStep:
@@ -34,6 +40,14 @@ def expand(groups: list[tuple[int, Request]]) -> TraceStep:
     if not 1 <= total <= MAX_REQUESTS:
         raise FieldError("count", f"a step holds 1 to {MAX_REQUESTS} requests, got {total}")
     return TraceStep(tuple(request for n, request in groups for _ in range(n)))
+
+
+def case_request(query_len: int, kv_len: int, drafts: int, chunked: bool) -> Request:
+    """One request of a --case: as vLLM's help reads it, the prefix of a prefill (a row that is
+    neither a decode or verify row, 1 + D query tokens, nor a chunk) is a prefix-cache hit."""
+    prefill = not chunked and query_len != 1 + drafts
+    return Request(query_len, kv_len, num_draft_tokens=drafts, chunked=chunked,
+                   prefix_hit=max(kv_len - query_len, 0) if prefill else 0)
 
 
 def parse_case(text: str) -> tuple[str, TraceStep]:
@@ -48,8 +62,8 @@ def parse_case(text: str) -> tuple[str, TraceStep]:
             raise UsageError(f"--case: {name}: {part!r} is not [N*]Q[@K][c][:D] (e.g. 32*1@2048)")
         n, q, k, chunked, drafts = match.groups()
         try:
-            groups.append((count(int(n or 1), "count", 1, MAX_REQUESTS), Request(
-                int(q), int(k or q), num_draft_tokens=int(drafts or 0), chunked=bool(chunked))))
+            groups.append((count(int(n or 1), "count", 1, MAX_REQUESTS), case_request(
+                int(q), int(k or q), int(drafts or 0), bool(chunked))))
         except FieldError as exc:
             raise UsageError(f"--case: {name}: {part!r}: {exc}") from None
     try:
@@ -84,14 +98,14 @@ def parse_batch_spec(text: str) -> TraceStep:
 
 
 def load_document(path: Path) -> object:
-    """A shapes file as Python data: YAML for .yaml/.yml (needs pyyaml), JSON otherwise."""
-    text = read_text(path, "shapes file")
+    """A batch-shapes file as Python data: YAML for .yaml/.yml (needs pyyaml), JSON otherwise."""
+    text = read_text(path, "batch-shapes file")
     if base_suffix(path) in (".yaml", ".yml"):
         try:
             import yaml
         except ImportError:
             raise UsageError(f"{path}: reading YAML needs pyyaml (pip install pyyaml); "
-                             "a JSON shapes file needs nothing") from None
+                             "a JSON batch-shapes file needs nothing") from None
         try:
             return yaml.safe_load(text)
         except (yaml.YAMLError, RecursionError) as exc:
@@ -117,7 +131,7 @@ def _shape_request(value: object) -> tuple[int, Request]:
 
 
 def read_shapes(path: Path) -> list[tuple[str, TraceStep]]:
-    """`vllm bench forward --shapes` file -> (case name, step) for each case, in the file's order."""
+    """attnbench's batch-shapes file -> (case name, step) for each case, in the file's order."""
     path = Path(path)
     document = load_document(path)
     cases = document.get("cases") if isinstance(document, dict) else None
