@@ -147,7 +147,8 @@ def run_trace(args: E2EArgs, console: Console, command: list[str]) -> Path:
     trace = read_trace(args.trace, args.max_requests, args.time_unit)
     setup = trace_setup(args, trace, device)
     gpu = device_name(device)
-    run = RunDir.claim(args.out, None, args.force, default_out_dir(gpu or "cpu", "e2e-trace"))
+    run = RunDir.claim(args.out, None, args.force, default_out_dir(gpu or "cpu", "e2e-trace"),
+                       inputs=(args.trace, *((setup.path,) if setup.path else ())))
     with run.locked():  # every refusal is behind: from here on the run speaks
         if scaled:
             console.print(cpu_run_line(f"a pipeline demo on reference attention serving the trace's first "

@@ -81,7 +81,7 @@ def run_rule_fit(args: RuleFitArgs, console: Console) -> Path:
            "cross_validated_range_pct": spread,
            "method": "scikit-learn DecisionTreeClassifier on the oracle label, cost-weighted, each leaf at least "
                      "min_leaf of the weight; leaves relabelled by the lowest summed time of their cells"}
-    run = RunDir.prepare(Path(args.out), force=args.force)
+    run = RunDir.prepare(Path(args.out), force=args.force, inputs=args.runs)
     with run.locked():
         run.write_text("rule.json", dumps(rule_json(tree, cells, fit, tables)))
         run.write_text("rule.py", rule_py(tree, cells, fit))
