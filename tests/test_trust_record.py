@@ -346,3 +346,12 @@ def test_no_record_ever_touches_anything_outside_its_folder(record, resume):
             gone = (named - kept) | ({".inner.txt.abcd1234.tmp"} if "inner.txt" in named else set())
             expected = {k for k in inside if k.split("/")[0] not in gone}
             assert set(files_of(out)) - {RECORD} == expected - {RECORD}
+
+
+def test_plot_into_a_run_with_a_crafted_record_is_refused(made, tmp_path):
+    out = Path(shutil.copytree(made["kernel"], tmp_path / "run"))
+    (tmp_path / "victim.txt").write_text("the user's\n")
+    (out / RECORD).write_text(json.dumps({"written": ["summary.md", "../victim.txt"]}))
+    before = files_of(tmp_path)
+    assert_one_error_line(invoke("plot", out), "is not a record attnbench wrote")
+    assert files_of(tmp_path) == before
