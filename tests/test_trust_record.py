@@ -38,6 +38,33 @@ USERS = {"holiday.png": b"png", "profile/trace.json": b"{}", "context-notes/a.tx
          "summary.md": b"# mine\n", "index.html": b"<p>mine</p>", "rule.py": b"MINE = 1\n"}
 
 
+@pytest.fixture(autouse=True)
+def confined(tmp_path_factory, monkeypatch):
+    """Every removal these tests cause must stay under pytest's temporary folder: one outside is
+    refused (not performed) and fails the test. These tests hand crafted records to the code that
+    deletes; on code that believed a record, `{"written": ["/"]}` was `rmtree("/")` (it emptied a
+    machine's /etc once), so a regression must fail here, not run."""
+    base = Path(tmp_path_factory.getbasetemp()).resolve()
+
+    def inside(path, dir_fd=None) -> bool:
+        path = os.fsdecode(path)
+        if dir_fd is not None and not os.path.isabs(path):
+            path = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+        parent = Path(os.path.abspath(path)).parent.resolve()  # the entry itself is not followed
+        return parent == base or base in parent.parents
+
+    def guard(name, real):
+        def removal(path, *args, dir_fd=None, **kwargs):
+            if not inside(path, dir_fd):
+                raise AssertionError(f"{name}({path!r}) outside the test's folder {base}: refused")
+            return real(path, *args, **({"dir_fd": dir_fd} if dir_fd is not None else {}), **kwargs)
+        return removal
+
+    for name in ("unlink", "remove", "rmdir"):
+        monkeypatch.setattr(os, name, guard(f"os.{name}", getattr(os, name)))
+    monkeypatch.setattr(shutil, "rmtree", guard("shutil.rmtree", shutil.rmtree))
+
+
 def write_step_trace(path: Path) -> Path:
     rows = [[(1, 9), (1, 30)], [(1, 40), (8, 8)], [(12, 12)], [(1, 7), (1, 9), (1, 60)]]
     steps = tuple(TraceStep(tuple(Request(q, kv) for q, kv in step)) for step in rows)
@@ -323,8 +350,8 @@ def a_crafted_folder(root: Path, record: bytes) -> Path:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(RECORDS.map(lambda r: json.dumps(r).encode()), st.binary(max_size=40)), st.booleans())
-def test_no_record_ever_touches_anything_outside_its_folder(record, resume):
-    with tempfile.TemporaryDirectory() as tmp:
+def test_no_record_ever_touches_anything_outside_its_folder(tmp_path_factory, record, resume):
+    with tempfile.TemporaryDirectory(dir=tmp_path_factory.getbasetemp()) as tmp:
         root = Path(tmp)
         out = a_crafted_folder(root, record)
         outside, inside = files_of(root / "outside"), files_of(out)
@@ -355,3 +382,16 @@ def test_plot_into_a_run_with_a_crafted_record_is_refused(made, tmp_path):
     before = files_of(tmp_path)
     assert_one_error_line(invoke("plot", out), "is not a record attnbench wrote")
     assert files_of(tmp_path) == before
+
+
+def test_the_guard_refuses_a_removal_outside_the_tests_folder(monkeypatch):
+    fd, name = tempfile.mkstemp(prefix="attnbench-guard-")  # the system's temporary folder, not pytest's
+    os.close(fd)
+    try:
+        for remove in (os.unlink, os.remove, shutil.rmtree):
+            with pytest.raises(AssertionError, match="outside the test's folder"):
+                remove(name)
+            assert Path(name).exists()
+    finally:
+        monkeypatch.undo()
+        os.unlink(name)
