@@ -370,11 +370,11 @@ def test_force_beside_the_users_files_keeps_them(copy, kind):
 def test_a_scenario_with_force_keeps_the_users_files_and_its_own_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "run"
-    out.mkdir()
-    toml = out / "mine.toml"  # the scenario, an input of the command, inside its own output directory
+    toml = tmp_path / "mine.toml"
     toml.write_text('command = "kernel"\nheads = 4\ndim = 32\ntokens = [8]\ncontext = 32\nkind = "decode"\n'
                     'budget_ms = 5\nbackend = "reference"\ndevice = "cpu"\nout = "run"\nforce = true\n')
     assert invoke("run", toml).exit_code == 0
+    toml = toml.rename(out / "mine.toml")  # the scenario, an input of the command, inside its own output directory
     (out / "scenario.json").unlink()
     add_users_files(out)
     result = invoke("run", toml)

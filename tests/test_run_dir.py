@@ -64,11 +64,13 @@ def test_force_replaces_attnbench_outputs_only_and_never_follows_a_link(tmp_path
     (out / "results.csv").symlink_to(elsewhere)
     (out / "results.parquet").write_text("stale parquet of an older run")
     (out / "notes.txt").write_text("mine")
+    (out / rundir.RECORD).write_text(json.dumps({"written": ["results.csv", "results.parquet"]}))
     result = invoke(*KERNEL, "--out", out, "--force")
     assert result.exit_code == 0, result.output
     assert elsewhere.read_text() == "keep me\n" and not (out / "results.csv").is_symlink()
     assert (out / "notes.txt").read_text() == "mine"
     assert len(pd.read_csv(out / "results.csv")) == 3 * 2 * 2  # tokens x kinds x strategies
+    assert not (out / "results.parquet").exists() or (out / "results.parquet").read_bytes()[:4] == b"PAR1"
 
 
 @pytest.mark.parametrize("make, needle", [
@@ -227,8 +229,9 @@ def test_prepare_keeps_what_a_resume_needs_and_clears_the_rest(tmp_path):
     for name in ("results.csv", "env.json", "results.parquet", "summary.md", "latency_x.png"):
         (tmp_path / name).write_text("x")
     (tmp_path / "profile").mkdir()
+    (tmp_path / rundir.RECORD).write_text(json.dumps({"written": sorted(p.name for p in tmp_path.iterdir())}))
     run = rundir.RunDir.prepare(tmp_path, resume=True)
-    assert len(list(tmp_path.iterdir())) == 6  # nothing is removed before the resume's checks have passed
+    assert len(list(tmp_path.iterdir())) == 7  # nothing is removed before the resume's checks have passed
     run.reopen()
     assert sorted(p.name for p in tmp_path.iterdir()) == [rundir.RECORD, "env.json", "results.csv"]
     with pytest.raises(UsageError, match="not empty"):

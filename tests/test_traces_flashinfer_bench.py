@@ -118,6 +118,11 @@ def test_a_trace_without_a_shape_or_over_a_users_folder_is_refused(tmp_path):
     assert invoke("trace", "convert", "--steps", trace, "--heads", "8", "--kv-heads", "8", "--dim", "64",
                   "--out", trace.with_name("s.jsonl")).exit_code == 0
     out.mkdir()
+    (out / "mine.txt").write_text("keep me\n")  # no record of what attnbench wrote: even --force is refused
+    assert "no record" in assert_one_error_line(invoke("trace", "to-flashinfer-bench", trace.with_name("s.jsonl"),
+                                                       "--out", out, "--force"))
+    (out / "mine.txt").unlink()
+    assert invoke("trace", "to-flashinfer-bench", trace.with_name("s.jsonl"), "--out", out).exit_code == 0
     (out / "mine.txt").write_text("keep me\n")
     for extra in ([], ["--force"]):
         result = invoke("trace", "to-flashinfer-bench", trace.with_name("s.jsonl"), "--out", out, *extra)

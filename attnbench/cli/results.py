@@ -226,7 +226,7 @@ def plot_target(out: Path | None, results: list[Path], runs: list):
 
     if out is None:
         if len(results) == 1 and os.path.isdir(results[0]):
-            run = RunDir(results[0])
+            run = RunDir(results[0], "RESULTS")
             return run.path, run.locked() if (run.path / RECORD).is_file() else nullcontext()
         out = Path("results") / f"{dt.datetime.now():%Y%m%d-%H%M%S}-plots"
     refuse_an_input(out, "--out", runs)

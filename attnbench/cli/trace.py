@@ -210,7 +210,7 @@ def to_flashinfer_bench(
 
     console = make_console()
     with user_errors(console):
-        written = job.write_flashinfer_bench(job.jsonl.read_trace(trace), out, force, page_size)
+        written = job.write_flashinfer_bench(job.jsonl.read_trace(trace), out, force, page_size, inputs=(trace,))
         for name, n in written.items():
             console.print(f"wrote {out}/workloads/gqa_paged/{name}.jsonl: {n} workloads", highlight=False)
 

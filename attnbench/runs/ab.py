@@ -151,7 +151,8 @@ def run_ab(sweeps: list[KernelArgs], settings: AbSettings, console: Console, com
     for notice in plan.notices:
         console.print(f"[yellow]{notice}[/]")
     gpu_name = device_name(select(torch.device(plan.device)))
-    run = RunDir.claim(settings.out, None, settings.force, default_out_dir(gpu_name or "cpu", "ab"))
+    run = RunDir.claim(settings.out, None, settings.force, default_out_dir(gpu_name or "cpu", "ab"),
+                       inputs=(settings.baseline.src, settings.candidate.src))
     spec = worker_spec(plan)
     with run.locked(), SideWorker(settings.baseline, spec, plan.point_timeout_s) as base, \
             SideWorker(settings.candidate, spec, plan.point_timeout_s) as cand:

@@ -79,6 +79,6 @@ def build(history: Path, out: Path, force: bool, settings: Settings, plotly_js: 
         raise UsageError(f"HISTORY: {history} holds no runs yet; file one with `attnbench history add RUN --history "
                          f"{history}`")
     html = page(history_series(history, entries, settings), entries, settings, winner_maps(history, entries), bundle)
-    site = RunDir.prepare(out, force=force)
+    site = RunDir.prepare(out, force=force, inputs=[history, *([plotly_js] if plotly_js else [])])
     with site.locked():
         return site.write_text("index.html", html)

@@ -39,6 +39,7 @@ from attnbench.kernels.backends.registry import get_backend
 from attnbench.kernels.inputs import torch_dtype
 from attnbench.kernels.plan import check_measured
 from attnbench.kernels.workload import DTYPE_ALIASES, SweepPoint
+from attnbench.profiler import CSV_NAME, TRACE_DIR
 from attnbench.e2e.rows import E2E_POINT, E2EPoint, E2ERun
 from attnbench.kernels.rows import cells
 from attnbench.results.e2e_report import write_e2e_outputs
@@ -184,8 +185,12 @@ def open_run(setup: Setup, command: list[str], console: Console, stack: ExitStac
     """Rank 0: claim and lock the directory, env.json, what an earlier run (--resume) measured.
     (run directory, env, rows, agreements, points to measure)."""
     args = setup.args
-    run = RunDir.claim(args.out, args.resume, args.force, default_out_dir(setup.gpu_name or "cpu", "e2e"))
+    run = RunDir.claim(args.out, args.resume, args.force, default_out_dir(setup.gpu_name or "cpu", "e2e"),
+                       inputs=(setup.path,) if setup.path else ())
     stack.enter_context(run.locked())
+    if args.profile:  # the profiler writes profile/ and appends to profile_kernels.csv: fresh, no link
+        run.check_fresh(CSV_NAME)
+        run.subdir(TRACE_DIR)
     env = run_env(setup, command)
     rows, agreements, points = [], [], setup.points
     if args.resume:

@@ -166,7 +166,8 @@ def run_trace(args: E2EArgs, console: Console, command: list[str]) -> Path:
         trace = trace.cut(CPU_PROMPT, CPU_OUTPUT)
     setup = trace_setup(args, trace, device)
     gpu = device_name(device)
-    run = RunDir.claim(args.out, None, args.force, default_out_dir(gpu or "cpu", "e2e-trace"))
+    run = RunDir.claim(args.out, None, args.force, default_out_dir(gpu or "cpu", "e2e-trace"),
+                       inputs=(args.trace, *((setup.path,) if setup.path else ())))
     with run.locked():  # every refusal is behind: from here on the run speaks
         if scaled:
             cut = f", cut to at most {CPU_PROMPT} prompt and {CPU_OUTPUT} output tokens" if trace.cut_to else ""

@@ -31,6 +31,7 @@ from attnbench.interrupts import SignalReceived, interrupted, signals_raise
 from attnbench.kernels.plan import KernelArgs, check_measured, plan_sweep, sized
 from attnbench.kernels.sweep import SweepPlan, point_row, run_sweep
 from attnbench.kernels.workload import SweepPoint
+from attnbench.profiler import CSV_NAME, TRACE_DIR
 from attnbench.results import files
 from attnbench.results.env import collect
 from attnbench.results.plots import plot_runs
@@ -155,7 +156,9 @@ def run_kernel(args: KernelArgs, console: Console, command: list[str]) -> Path:
             console.print(f"resuming {out_dir}: {len(plan.points) - len(todo.points)} of {len(plan.points)} points "
                           "already measured")
             plan = todo
-        if args.profile:
+        if args.profile:  # the profiler writes profile/ and appends to profile_kernels.csv: fresh, no link
+            run.check_fresh(CSV_NAME)
+            run.subdir(TRACE_DIR)
             plan = replace(plan, profile_out=out_dir)
         if devices:
             env["devices"] = device_shares(devices)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from pathlib import Path
 
 from rich.console import Console
@@ -24,6 +23,7 @@ from attnbench.results.e2e_report import write_e2e_outputs
 from attnbench.results.merge import Merged, merge_runs, read_run_dir
 from attnbench.runs.kernel import write_kernel_outputs
 from attnbench.runs.replay import write_replay_outputs
+from attnbench.runs.record import check_apart
 from attnbench.runs.rundir import LOCK, RunDir
 
 
@@ -31,7 +31,7 @@ def run_merge(runs: list[Path], out: Path, allow_mixed: bool, partial: bool, for
               console: Console) -> Path:
     """Merge the run directories `runs` into `out`; refused before anything is written if it cannot be."""
     inputs = [read_run_dir(path) for path in runs]
-    check_out_apart(out, runs)
+    check_apart(out, runs, what="one of the runs being merged")
     held = sorted(p.name for p in out.iterdir() if p.name != LOCK) if out.is_dir() and not force else []
     if held:
         raise UsageError(f"--out: {out} is not empty (it holds {held[0]}"
@@ -39,7 +39,7 @@ def run_merge(runs: list[Path], out: Path, allow_mixed: bool, partial: bool, for
                          "or --force over it")
     merged = merge_runs(inputs, allow_mixed, partial, command)
     steps = replay_steps(runs, merged) if "replay" in merged.env else None
-    run = RunDir.prepare(out, force=force)
+    run = RunDir.prepare(out, force=force, inputs=runs)
     with run.locked():
         write_merged(merged, run)
         console.print(f"merged {len(merged.rows)} rows of {len(inputs)} run(s) into {run.path}")
@@ -68,18 +68,6 @@ def replay_steps(runs: list[Path], merged: Merged):
             raise AttnbenchError(f"{path}'s buckets.csv differs from {runs[0]}'s: merge joins the shards of one "
                                  "replay (one trace, one --bucket-ratio, --bucket-split and --steps)")
     return tables[0]
-
-
-def check_out_apart(out: Path, runs: list[Path]) -> None:
-    """--out may not be an input or hold one, even with --force: what --force clears there would be the inputs."""
-    outs = {Path(os.path.realpath(out)), Path(os.path.abspath(out))}
-    for path in runs:
-        places = {Path(os.path.realpath(path)), Path(os.path.abspath(path))}  # through a link, and as written
-        if places & outs:
-            raise UsageError(f"--out: {out} is one of the runs being merged; choose a new directory")
-        if outs & {parent for place in places for parent in place.parents}:
-            raise UsageError(f"--out: {out} holds {path}, one of the runs being merged; choose a directory "
-                             "outside the inputs")
 
 
 def table_text(header: list[str], rows: list[dict]) -> str:

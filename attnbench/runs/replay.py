@@ -197,7 +197,8 @@ def run_replay(args: ReplayArgs, console: Console, command: list[str]) -> Path:
     points, units, buckets = replay_points(trace, shape, args)
     plan = plan_replay(args, points, shape)
     gpu_name = device_name(select(torch.device(plan.device)))
-    run = RunDir.claim(args.out, args.resume, args.force, default_out_dir(gpu_name or "cpu", "replay"))
+    run = RunDir.claim(args.out, args.resume, args.force, default_out_dir(gpu_name or "cpu", "replay"),
+                       inputs=(Path(args.trace),))
     digest = hashlib.sha256(Path(args.trace).read_bytes()).hexdigest()
     unit_of = {point_key(p.key()): u for p, u in zip(points, units)}
     with run.locked():

@@ -110,7 +110,7 @@ def run_rule_fit(args: RuleFitArgs, console: Console) -> Path:
         exported = rule_py(record)
     except AttnbenchError as exc:
         raise AttnbenchError(f"RUN: the rule these rows give is not one rule.json can hold: {exc}") from None
-    run = RunDir.prepare(Path(args.out), force=args.force)
+    run = RunDir.prepare(Path(args.out), force=args.force, inputs=args.runs)
     with run.locked():
         run.write_text("rule.json", dumps(record))
         run.write_text("rule.py", exported)

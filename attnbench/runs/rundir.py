@@ -2,14 +2,20 @@
 
 Why: a run into a directory that already held one used to overwrite results.csv and leave the
 old parquet beside it; two runs at once mixed their rows; a results.csv that was a symlink was
-followed; `--force` removed files by their names, a user's own `notes.png` among them; a refused
-resume had already removed the outputs. Here, for every command that writes a run:
-- a run claims `--out` only if it is new or empty; `--resume` keeps results.csv and env.json (and
-  the measured agreement.csv and telemetry.csv) and, once the job's checks pass (runs/resume.py),
-  removes the outputs made from them (reopen);
-- every top-level file and folder a run writes is recorded in `.attnbench-files.json`; `--force`
-  removes only those, never a file or folder it did not record; a link is unlinked, not followed
-  (a directory without a record, an older attnbench's, falls back to OLD_OUTPUTS);
+followed; `--force` removed files by their names, a user's own `notes.png` among them; a record
+that named `../victim.txt` deleted it. Here, for every command that writes a run:
+- a run claims `--out` only if it is new or empty, and never one that is or holds one of the
+  command's `inputs` (runs/record.py check_apart);
+- every top-level file and folder a run writes is recorded in `.attnbench-files.json`, and the
+  record is checked before it is believed (runs/record.py): one that names anything but plain
+  entries at the top of the folder, or is not whole JSON, is refused and nothing is removed;
+- `--force` removes only what a valid record names (a link unlinked, not followed); a folder that
+  holds anything but has no record is refused, never cleared by file names. `--resume` keeps
+  results.csv and env.json (and the measured agreement.csv and telemetry.csv) and, once the job's
+  checks pass (runs/resume.py), removes the recorded outputs made from them (reopen); without a
+  record it resumes only a folder that holds nothing else;
+- a folder a run makes inside its directory (`subdir`: profile/, workloads/) is made fresh, level
+  by level: nothing is written through a link;
 - a lock file (`.attnbench.lock`, the pid) refuses a second live run before anything is removed;
   a write into the directory that fails (read-only, full) ends the run in one error line;
 - files are written to a temporary name and renamed over the final one (results/atomic.py), and
@@ -22,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,16 +38,11 @@ from attnbench.results import files
 from attnbench.results.atomic import write_text_atomic
 from attnbench.results.env import RESUME_MUST_MATCH, env_value
 from attnbench.results.schema import read_env
+from attnbench.runs.record import LOCK, RECORD, check_apart, leftovers, present, read_record, remove
 
-LOCK = ".attnbench.lock"
-RECORD = ".attnbench-files.json"
 SOURCES = ("results.csv", "env.json")  # what a resumed run needs
 # e2e's agreement rows and the GPU telemetry samples are measured, not derived
 KEPT_ON_RESUME = (*SOURCES, "agreement.csv", "telemetry.csv")
-# what attnbench wrote before it kept a record: a directory without one is cleared by these names
-OLD_OUTPUTS = (*SOURCES, "results.parquet", "summary.md", "agreement.csv", "telemetry.csv", "profile_kernels.csv",
-               "profile.md", "scenario.json")
-OLD_OUTPUT_GLOBS = ("*.png", "profile", "context-*", ".*.tmp")
 
 
 @dataclass(frozen=True)
@@ -71,15 +71,8 @@ def _os_error(flag: str, path: Path, exc: OSError) -> UsageError:
     return UsageError(f"{flag}: cannot use {path}: {exc.strerror or exc}")
 
 
-def _remove(entry: Path) -> None:
-    if entry.is_dir() and not entry.is_symlink():
-        shutil.rmtree(entry)
-    else:
-        entry.unlink()
-
-
-def _present(entry: Path) -> bool:
-    return entry.is_symlink() or entry.exists()
+def _held(names: list[str]) -> str:
+    return f"{names[0]}{f' and {len(names) - 1} more' if len(names) > 1 else ''}"
 
 
 def _stamp(entry: Path) -> tuple[bool, int, int]:
@@ -90,29 +83,29 @@ def _stamp(entry: Path) -> tuple[bool, int, int]:
 class RunDir:
     """A claimed run directory: what attnbench wrote there, its lock, env.json and rows."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, flag: str = "--out"):
         self.path = Path(path)
-        self.written: set[str] = set()
-        self.has_record = (self.path / RECORD).is_file() and not (self.path / RECORD).is_symlink()
-        if self.has_record:
-            try:
-                self.written = set(json.loads((self.path / RECORD).read_text())["written"])
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise UsageError(f"--out: {self.path / RECORD} is unreadable ({exc}); remove it and try again") \
-                    from None
+        recorded = read_record(self.path, flag)  # checked name by name; UsageError before anything is removed
+        self.has_record = recorded is not None
+        self.written: set[str] = recorded or set()
 
     @classmethod
-    def claim(cls, out: Path | None, resume: Path | None, force: bool, default: Path) -> RunDir:
+    def claim(cls, out: Path | None, resume: Path | None, force: bool, default: Path,
+              inputs: tuple[Path, ...] = ()) -> RunDir:
         """The run's directory, prepared: `--resume DIR`, else `--out`, else `default`. Giving both
         `--resume` and another `--out` is refused (a resumed run writes where it began)."""
         if resume and out and Path(out) != Path(resume):
             raise UsageError(f"--resume/--out: resume writes into {resume}; leave --out out or give the same path")
         path = Path(resume or out or default)
-        return cls.prepare(path, force=force, resume=bool(resume), flag="--resume" if resume else "--out")
+        return cls.prepare(path, force=force, resume=bool(resume), flag="--resume" if resume else "--out",
+                           inputs=inputs)
 
     @classmethod
-    def prepare(cls, path: Path, force: bool = False, resume: bool = False, flag: str = "--out") -> RunDir:
-        """Make `path` ready for a run: new, emptied of what attnbench wrote (force) or resumable."""
+    def prepare(cls, path: Path, force: bool = False, resume: bool = False, flag: str = "--out",
+                inputs: tuple[Path, ...] | list[Path] = ()) -> RunDir:
+        """Make `path` ready for a run: new, emptied of what its record says attnbench wrote (force)
+        or resumable; never one that is or holds one of the command's `inputs`."""
+        check_apart(path, inputs, flag)
         if path.is_symlink() and not path.is_dir():
             raise UsageError(f"{flag}: {path} is a symlink to a file, not a directory")
         if path.exists() and not path.is_dir():
@@ -125,25 +118,37 @@ class RunDir:
             raise _os_error(flag, path, exc) from None
         if not os.access(path, os.W_OK | os.X_OK):
             raise UsageError(f"{flag}: {path} is not writable")
-        run = cls(path)
+        run = cls(path, flag)
         run.check_unlocked(flag)
         if resume:
-            for name in KEPT_ON_RESUME:
-                entry = path / name
-                if name in SOURCES and not _present(entry):
-                    raise UsageError(f"--resume: {path} holds no {name} of an earlier run to resume")
-                if _present(entry) and (entry.is_symlink() or not entry.is_file()):
-                    what = "a link" if entry.is_symlink() else "a directory" if entry.is_dir() else "not a file"
-                    raise UsageError(f"--resume: {entry} is {what}, not the file an earlier run wrote")
-        elif force:
+            run.check_resumable_files()
+            return run
+        entries = sorted(p.name for p in path.iterdir() if p.name != LOCK)
+        if force and entries and not run.has_record:
+            raise UsageError(f"--out: {path} holds {_held(entries)} but no record of what attnbench wrote "
+                             f"there ({RECORD}), so --force removes nothing; use another --out")
+        if force:
             run.clear()
-        else:
-            entries = [p for p in path.iterdir() if p.name != LOCK]
-            if entries:
-                raise UsageError(f"{flag}: {path} is not empty (it holds {entries[0].name}"
-                                 f"{f' and {len(entries) - 1} more' if len(entries) > 1 else ''}); "
-                                 "choose a new directory, --resume it or --force over it")
+        elif entries:
+            raise UsageError(f"{flag}: {path} is not empty (it holds {_held(entries)}); "
+                             "choose a new directory, --resume it or --force over it")
         return run
+
+    def check_resumable_files(self) -> None:
+        """The files a resume keeps are the plain files an earlier run wrote; without a record, the
+        folder holds nothing else (what else it held could be anyone's, and the run writes over it)."""
+        for name in KEPT_ON_RESUME:
+            entry = self.path / name
+            if name in SOURCES and not present(entry):
+                raise UsageError(f"--resume: {self.path} holds no {name} of an earlier run to resume")
+            if present(entry) and (entry.is_symlink() or not entry.is_file()):
+                what = "a link" if entry.is_symlink() else "a directory" if entry.is_dir() else "not a file"
+                raise UsageError(f"--resume: {entry} is {what}, not the file an earlier run wrote")
+        others = sorted(p.name for p in self.path.iterdir() if p.name not in (LOCK, *KEPT_ON_RESUME))
+        if others and not self.has_record:
+            raise UsageError(f"--resume: {self.path} holds {_held(others)} but no record of what "
+                             f"attnbench wrote there ({RECORD}), so nothing there is removed or written over; "
+                             "move those away or use another --out")
 
     def reopen(self) -> None:
         """Resume, once every check has passed: remove the outputs made from the files it keeps."""
@@ -151,22 +156,39 @@ class RunDir:
         self.record(*(self.path / name for name in KEPT_ON_RESUME if (self.path / name).is_file()))
 
     def outputs(self, keep: tuple[str, ...] = ()) -> list[Path]:
-        """Entries of the directory that attnbench wrote (less `keep`), with leftover temporary files."""
-        if not self.has_record:
-            found = [self.path / n for n in (*SOURCES, *OLD_OUTPUTS) if n not in keep and _present(self.path / n)]
-            for pattern in OLD_OUTPUT_GLOBS:
-                found += [p for p in self.path.glob(pattern) if p.name not in keep]
-            return sorted(set(found))
-        found = [self.path / n for n in self.written if n not in keep and _present(self.path / n)]
-        for name in self.written:
-            found += self.path.glob(f".{name}.*.tmp")
-        return sorted(set(found))
+        """Entries of the directory that its record names (less `keep`), with the temporary files an
+        interrupted write of one of them left; nothing the record does not name."""
+        found = [self.path / n for n in self.written if n not in keep and present(self.path / n)]
+        return sorted(set(found + leftovers(self.path, self.written)))
 
     def clear(self, keep: tuple[str, ...] = ()) -> None:
         for entry in self.outputs(keep):
-            _remove(entry)
+            remove(entry)
         self.written &= set(keep)
         self._save()
+
+    def subdir(self, *parts: str) -> Path:
+        """The folder `parts` under the run, made level by level: a top-level entry of that name that
+        this run did not write, or a link or a file at any level, is refused (no write through a link)."""
+        self.check_fresh(parts[0])
+        self.record(self.path / parts[0])
+        where = self.path
+        for part in parts:
+            where = where / part
+            try:
+                where.mkdir()
+            except FileExistsError:
+                if where.is_symlink() or not where.is_dir():
+                    raise UsageError(f"--out: {where} is {'a link' if where.is_symlink() else 'not a folder'}; "
+                                     "attnbench writes nothing through it — use another --out") from None
+        return where
+
+    def check_fresh(self, *names: str) -> None:
+        """Refuse top-level entries this run is about to write that are there and not attnbench's."""
+        for name in names:
+            if name not in self.written and present(self.path / name):
+                raise UsageError(f"--out: {self.path / name} was there before this run (attnbench did not write "
+                                 "it); nothing is written into or over it — use another --out")
 
     def record(self, *paths: Path) -> None:
         """Note files or folders of this directory as written by attnbench (by their top-level name)."""

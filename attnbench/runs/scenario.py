@@ -28,7 +28,7 @@ from attnbench.results import files
 from attnbench.results.export import plot_results, to_csv, to_markdown
 from attnbench.results.notes import summary_notes
 from attnbench.runs.kernel import check_kernel_resume, plan_kernel, run_kernel
-from attnbench.runs.rundir import RunDir
+from attnbench.runs.rundir import LOCK, RECORD, RunDir
 
 
 @dataclasses.dataclass
@@ -109,9 +109,13 @@ def claim_contexts(out: Path, plan: ScenarioPlan, parts: list[Path], command: li
         return RunDir.prepare(out, force=first.force)
     if not any(out.glob("context-*/results.csv")):
         raise UsageError(f"--resume: {out} holds no sweep of this scenario to resume")
-    run = RunDir(out)
+    run = RunDir(out, "--resume")
     run.check_unlocked("--resume")
     listed = {part.name for part in parts}
+    merged = sorted(p.name for p in out.iterdir() if p.name not in listed | {LOCK})
+    if merged and not run.has_record:
+        raise UsageError(f"--resume: {out} holds {merged[0]} beside its sweeps but no record of what attnbench "
+                         f"wrote there ({RECORD}), so nothing there is removed or written over; move it away")
     for other in sorted(p.parent.name for p in out.glob("context-*/results.csv")):
         if other not in listed:
             raise UsageError(f"--resume {out}: it holds {other}/, a context this scenario does not list; resume it "

@@ -196,10 +196,12 @@ def write_requests(reqs: list[requests.TimedRequest], out: Path, force: bool) ->
     return write_output(out, requests.timed_text(reqs))
 
 
-def write_flashinfer_bench(trace: Trace, out: Path, force: bool, page_size: int | None) -> dict[str, int]:
+def write_flashinfer_bench(trace: Trace, out: Path, force: bool, page_size: int | None,
+                           inputs: tuple[Path, ...] = ()) -> dict[str, int]:
     """The trace as flashinfer-bench workloads under `out` (a run directory: new, empty, or one this
-    command wrote, with --force): workloads/gqa_paged/DEFINITION.jsonl and the index tensors under
-    blob/. Returns the workloads written per definition."""
+    command wrote, with --force; not one that holds `inputs`): workloads/gqa_paged/DEFINITION.jsonl
+    and the index tensors under blob/, each folder made fresh (RunDir.subdir: never through a link).
+    Returns the workloads written per definition."""
     import json
 
     from safetensors.numpy import save_file
@@ -214,19 +216,15 @@ def write_flashinfer_bench(trace: Trace, out: Path, force: bool, page_size: int 
     page = page_size if page_size is not None else (shape.block_size or 1)
     if not 1 <= page <= MAX_BLOCK_SIZE:
         raise UsageError(f"--page-size: must be between 1 and {MAX_BLOCK_SIZE}, got {page}")
-    if not force and Path(out).is_dir() and any(Path(out).iterdir()):
-        raise UsageError(f"--out: {out} is not empty; choose a new folder, or --force over one this command wrote "
-                         "(files it did not write stay)")
-    run, lines = RunDir.prepare(Path(out), force=force), {}
+    run, lines = RunDir.prepare(Path(out), force=force, inputs=inputs), {}
     with run.locked():
         for i, step in enumerate(trace.steps):
             for name, line, tensors in flashinfer_bench.step_workloads(step, shape, page, f"step{i}"):
-                blob = run.path / line["workload"]["inputs"]["kv_indptr"]["path"]
-                blob.parent.mkdir(parents=True, exist_ok=True)
-                replace_atomic(blob, lambda tmp, tensors=tensors: save_file(tensors, str(tmp)))
+                blob = Path(line["workload"]["inputs"]["kv_indptr"]["path"])
+                folder = run.subdir(*blob.parent.parts)
+                replace_atomic(folder / blob.name, lambda tmp, tensors=tensors: save_file(tensors, str(tmp)))
                 lines.setdefault(name, []).append(json.dumps(line))
         for name, texts in lines.items():
-            path = run.path / "workloads" / "gqa_paged" / f"{name}.jsonl"
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path = run.subdir("workloads", "gqa_paged") / f"{name}.jsonl"
             write_text_atomic(path, "".join(text + "\n" for text in texts))
     return {name: len(texts) for name, texts in lines.items()}

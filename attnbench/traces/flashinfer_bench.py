@@ -56,6 +56,8 @@ def _load_index(root: Path, inputs: dict, name: str) -> np.ndarray:
         raise FieldError(f"inputs.{name}", "expected a safetensors input (a random or missing one carries no lengths)")
     if not isinstance(spec.get("path"), str) or not isinstance(spec.get("tensor_key"), str):
         raise FieldError(f"inputs.{name}", "a safetensors input needs a path and a tensor_key")
+    if "\0" in spec["path"]:
+        raise FieldError(f"inputs.{name}", f"the path {spec['path']!r} holds a NUL byte, which no file name can")
     path = root / spec["path"]
     checked_size(path, f"{name} tensor file")
     try:
