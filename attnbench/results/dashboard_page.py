@@ -35,6 +35,26 @@ def short(commit: str) -> str:
     return commit[:8]
 
 
+def text(value: object) -> str:
+    """A history's value as Plotly text: Plotly reads <b>, <br>, <a href> and entities in titles, hover
+    texts, legend names and tick labels, so every character that could open markup is an entity."""
+    return html.escape(str(value), quote=True)
+
+
+# inside <script type="application/json"> the HTML parser still looks for `</script` and `<!--`:
+# every character that could start markup is written as a JSON escape, and so are the two line
+# separators that some JavaScript parsers took for line ends
+JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def embedded_json(data: object) -> str:
+    """`data` as JSON text that an HTML parser reads as nothing but text."""
+    found = json.dumps(data, separators=(",", ":"))
+    for character, escape in JSON_ESCAPES.items():
+        found = found.replace(character, escape)
+    return found
+
+
 def meta(series: Series) -> dict:
     return {name: getattr(series, name) for name in FILTERS}
 
@@ -43,21 +63,21 @@ def line_traces(series: Series, colour: str) -> list:
     """The series' line with its interval as error bars, and its change points as markers."""
     import plotly.graph_objects as go
 
-    x = [short(c) for c in series.commits]
+    x = [text(short(c)) for c in series.commits]
     unit = series.unit
-    hover = [f"{series.label}<br>{c} {d[:10]}<br>{v:.4g} {unit} ({lo:.4g}-{hi:.4g})"
+    hover = [f"{text(series.label)}<br>{text(c)} {text(d[:10])}<br>{v:.4g} {unit} ({lo:.4g}-{hi:.4g})"
              for c, d, v, lo, hi in zip(series.commits, series.dates, series.value, series.low, series.high)]
-    traces = [go.Scatter(x=x, y=series.value, mode="lines+markers", name=series.label, meta=meta(series),
+    traces = [go.Scatter(x=x, y=series.value, mode="lines+markers", name=text(series.label), meta=meta(series),
                          line={"color": colour}, marker={"size": 5}, hovertext=hover, hoverinfo="text",
                          error_y={"type": "data", "symmetric": False, "thickness": 1, "width": 0,
                                   "array": [h - v for h, v in zip(series.high, series.value)],
                                   "arrayminus": [v - lo for v, lo in zip(series.value, series.low)]})]
     if series.changes:
-        text = [f"change point at {short(series.commits[c.index])}: {c.change:+.1%}<br>"
+        said = [f"change point at {text(short(series.commits[c.index]))}: {c.change:+.1%}<br>"
                 f"median {c.before:.4g} -> {c.after:.4g} {unit}" for c in series.changes]
         traces.append(go.Scatter(x=[x[c.index] for c in series.changes], y=[series.value[c.index] for c in series.changes],
-                                 mode="markers", name=f"change point ({series.label})",
-                                 meta={**meta(series), "role": "change"}, hovertext=text, hoverinfo="text",
+                                 mode="markers", name=f"change point ({text(series.label)})",
+                                 meta={**meta(series), "role": "change"}, hovertext=said, hoverinfo="text",
                                  marker={"symbol": "diamond-open", "size": 16, "line": {"width": 3},
                                          "color": "#d62728"}))
     return traces
@@ -70,10 +90,10 @@ def figure(title: str, group: list[Series], commits: list[str]) -> dict:
     traces = [t for i, s in enumerate(group) for t in line_traces(s, COLOURS[i % len(COLOURS)])]
     present = {c for s in group for c in s.commits}
     fig = go.Figure(traces)
-    fig.update_layout(title={"text": html.escape(title), "font": {"size": 13}}, margin={"l": 60, "r": 10, "t": 40, "b": 40},
+    fig.update_layout(title={"text": text(title), "font": {"size": 13}}, margin={"l": 60, "r": 10, "t": 40, "b": 40},
                       yaxis={"title": {"text": f"{group[0].unit} ({group[0].interval})"}, "automargin": True},
                       xaxis={"type": "category", "categoryorder": "array",
-                             "categoryarray": [short(c) for c in commits if c in present], "automargin": True},
+                             "categoryarray": [text(short(c)) for c in commits if c in present], "automargin": True},
                       legend={"orientation": "h", "y": -0.3, "yanchor": "top"}, hovermode="closest", template="plotly_white")
     return json.loads(fig.to_json())
 
@@ -120,7 +140,7 @@ def page(series: list[Series], entries: list[Entry], settings: Settings, winners
                    for i, c in enumerate(drawn))
     script = resources.files("attnbench.results").joinpath("dashboard.js").read_text(encoding="utf-8")
     style = resources.files("attnbench.results").joinpath("dashboard.css").read_text(encoding="utf-8")
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    payload = embedded_json(data)
     return "\n".join([
         "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',

@@ -73,6 +73,8 @@ def build(history: Path, out: Path, force: bool, settings: Settings, plotly_js: 
     the path written."""
     if out.resolve() == history.resolve() or history.resolve() in out.resolve().parents:
         raise UsageError(f"--out: {out} is inside the history {history}; give a directory outside it")
+    if out.is_symlink():  # the site would be written wherever the link points
+        raise UsageError(f"--out: {out} is a symlink; give the site's directory itself")
     bundle = plotly_bundle(plotly_js)
     entries = history_entries(history, "HISTORY")
     if not entries:
