@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bad_input_cli import assert_one_error_line, invoke
-from history_fixtures import make_runs
+from history_fixtures import EXAMPLE, make_runs
 
 pytest.importorskip("plotly", reason="the dashboard extra (plotly) is not installed")
 pytest.importorskip("ruptures", reason="the dashboard extra (ruptures) is not installed")
@@ -61,6 +61,7 @@ CASES = {
                           lambda t, r: ["history", "add", r[1], "--history", t / "history"], "env.json"),
     "no commit anywhere": (lambda t, r: edit_run(r[1], "env.json", json.dumps({"timestamp": "2026-01-01T00:00:00"})),
                            lambda t, r: ["history", "add", r[1], "--history", t / "history"], "--commit"),
+    "example with no commit": (None, lambda t, r: ["history", "add", EXAMPLE, "--history", t / "history"], "--commit"),
     "bad --date": (None, lambda t, r: ["history", "add", r[1], "--history", t / "history", "--date", "yesterday"],
                    "--date"),
     "history is a file": (None, lambda t, r: ["history", "add", r[1], "--history", r[1] / "env.json"], "--history"),

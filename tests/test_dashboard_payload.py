@@ -112,7 +112,8 @@ def test_in_chromium_no_payload_runs_and_every_one_is_shown_as_text(site):
         found = tab.evaluate("""() => ({pwned: typeof window.PWNED, scripts: document.scripts.length,
             images: document.querySelectorAll('img').length, body: document.body.innerText,
             options: Array.from(document.querySelectorAll('option')).map(o => o.textContent),
-            charts: Array.from(document.querySelectorAll('.chart')).map(d => d.textContent)})""")
+            charts: Array.from(document.querySelectorAll('.chart')).map(d => d.textContent),
+            titles: Array.from(document.querySelectorAll('.chart-title')).map(d => d.textContent)})""")
         browser.close()
     assert (found["pwned"], found["scripts"], found["images"], dialogs, errors) == ("undefined", 3, 0, [], [])
     shown = PAYLOAD.replace("\u2028", "")  # innerText drops the line separator
@@ -121,4 +122,10 @@ def test_in_chromium_no_payload_runs_and_every_one_is_shown_as_text(site):
     for field in ("gpu", "vllm-fa2", "reference", "flashinfer"):  # the filters: row backends of each kind, the GPU
         assert any(o.startswith(PAYLOAD + field) for o in found["options"]), field
     drawn = "".join(found["charts"]).replace("\u2028", "")  # the SVG text of legends, hovers and ticks
-    assert shown + "vllm-fa2" in drawn and shown + "tiny" in drawn and shown[:40] in drawn
+    for field in ("vllm-fa2", "graph"):  # legends (backend, mode)
+        assert shown + field in drawn, field
+    titles = "".join(found["titles"]).replace("\u2028", "")
+    # chart titles: the GPU, the e2e model, and the replay's trace (by its file name: after the payload's last /)
+    for said in (shown + "gpu", shown + "tiny", shown.rpartition("/")[2] + "trace.jsonl"):
+        assert said in titles, said
+    assert shown[:8] in drawn  # the x axis: the commit (its first 8 characters)

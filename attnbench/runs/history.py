@@ -65,7 +65,8 @@ def add(run: Path, history: Path, commit: str | None, date: str | None, replace:
     check_history(history, must_exist=False)
     loaded = load_run(run, "RUN")
     if loaded.kind is TRACE:
-        raise UsageError(f"RUN: {run} is {loaded.kind.describe()}; history keeps kernel sweeps, e2e grid and replay runs")
+        raise UsageError(f"RUN: {run} is {loaded.kind.describe()}; history keeps kernel sweeps, e2e grid, replay "
+                         "and atlas runs")
     entry = new_entry(loaded, read_env(run / "env.json", f"RUN: {run / 'env.json'}"), run, commit, date)
     entries = read_index(history)
     same = [e for e in entries if e.key() == entry.key()]
