@@ -162,7 +162,7 @@ def replay_points(entry: Entry, run: Run, env: dict) -> list[Point]:
         if float(group["steps"].sum()) < weight * (1 - 1e-9):
             continue
         total = tuple(float((group[c] * group["steps"]).sum()) for c in TIMES)
-        found.append(choice_point(entry, chart, title, group, "trace", "ms per layer, trace total (Σ p10-p90)",
+        found.append(choice_point(entry, chart, title, group, "trace", "trace total ms (Σ p10-p90)",
                                   total, f"{number(weight)} steps in {group['bucket'].nunique()} buckets"))
     return found
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from dataclasses import dataclass
 from importlib import resources
 
@@ -24,6 +25,7 @@ from attnbench.results.history import Entry
 FILTER_NAMES = {"run_kind": "run", "kind": "batch"}
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 DASHES = ("solid", "dot", "dash", "dashdot", "longdash")
+FONT = 'system-ui, "Segoe UI", Roboto, "DejaVu Sans", Arial, sans-serif'  # the page's own (dashboard.css)
 WIDE = 20  # a chart whose values span more than this factor gets a log axis: every line stays readable
 
 
@@ -85,6 +87,7 @@ def line_traces(series: Series, style: dict) -> list:
                                  y=[series.value[c.index] for c in series.changes],
                                  mode="markers", name=f"change point ({text(series.label)})",
                                  meta={**meta(series), "role": "change"}, hovertext=said, hoverinfo="text",
+                                 showlegend=False,  # the method note says what a red diamond is
                                  cliponaxis=False, marker={"symbol": "diamond-open", "size": 16, "line": {"width": 3},
                                                            "color": "#d62728"}))
     return traces
@@ -98,6 +101,13 @@ def styles(group: list[Series]) -> list[dict]:
              "dash": DASHES[rests.index(s.label.partition(" · ")[2]) % len(DASHES)]} for s in group]
 
 
+def log_axis(low: float, high: float) -> dict:
+    """A log axis ticked at 1, 2 and 5 times the powers of ten it spans, each named in full."""
+    ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
+             for m in (1, 2, 5) if low / 1.5 <= m * 10.0 ** e <= high * 1.5]
+    return {"type": "log", "tickvals": ticks, "ticktext": [number(v) for v in ticks]}
+
+
 def figure(group: list[Series], runs: list[str]) -> dict:
     """One chart: its lines over the history's runs in order. The title is the page's (an <h3> above
     the chart, clear of Plotly's toolbar), not Plotly's."""
@@ -108,10 +118,11 @@ def figure(group: list[Series], runs: list[str]) -> dict:
     values = [v for s in group for v in (*s.low, *s.high) if v > 0]
     wide = bool(values) and max(values) / min(values) > WIDE
     fig = go.Figure(traces)
-    fig.update_layout(margin={"l": 60, "r": 16, "t": 30, "b": 40},
+    fig.update_layout(margin={"l": 60, "r": 16, "t": 30, "b": 40}, font={"family": FONT},
                       yaxis={"title": {"text": text(group[0].measure)}, "automargin": True,
-                             **({"type": "log", "dtick": "D2"} if wide else {})},
-                      xaxis={"type": "category", "categoryorder": "array", "automargin": True, "tickangle": 0,
+                             **(log_axis(min(values), max(values)) if wide else {})},
+                      xaxis={"type": "category", "categoryorder": "array", "automargin": True, "nticks": 8,
+                             "tickfont": {"size": 10},
                              "categoryarray": [tick(r) for r in runs if r in present]},
                       legend={"orientation": "h", "y": -0.35, "yanchor": "top"}, hovermode="closest",
                       template="plotly_white")
@@ -180,6 +191,7 @@ def page(series: list[Series], entries: list[Entry], settings: Settings, winners
         "<h2>Trends</h2>", f'<div id="charts">{cards(drawn)}</div>',
         "<h2>Latest runs</h2>", latest_tables(series, entries),
         winner_tables(winners),
-        "<h2>Runs filed</h2>", runs_table(entries, labels),
+        f"<h2>Runs filed</h2><details><summary>{len(entries)} runs, newest first</summary>",
+        runs_table(entries, labels), "</details>",
         f'<script type="application/json" id="dashboard-data">{embedded_json(data)}</script>',
         f"<script>{script}</script>", "</body></html>", ""])

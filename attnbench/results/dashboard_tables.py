@@ -71,13 +71,12 @@ def changes_table(series: list[Series]) -> str:
     found = sorted(((s.dates[c.index], s, c) for s in series for c in s.changes), key=lambda t: t[0], reverse=True)
     if not found:
         return "<p>No change points: no series moved by more than its noise and the minimum change.</p>"
-    rows = [f"<tr {attributes(s)}>" + cells([f"<code>{html.escape(s.runs[c.index])}</code>",
-                                             html.escape(date[:10]), html.escape(s.chart), html.escape(s.label),
-                                             f"{number(c.before)} -> {number(c.after)} {s.unit}",
+    rows = [f"<tr {attributes(s)}>" + cells([f"<code>{html.escape(s.runs[c.index])}</code>", html.escape(s.chart),
+                                             html.escape(s.label), f"{number(c.before)} -> {number(c.after)} {s.unit}",
                                              f'<span class="{change_class(c.change)}">{c.change:+.1%}</span>'],
-                                            (4, 5)) + "</tr>"
-            for date, s, c in found]
-    return table(["run", "date", "chart", "line", "median before -> after", "change"], rows, "table-box changes")
+                                            (3, 4)) + "</tr>"
+            for _, s, c in found]
+    return table(["run", "chart", "line", "median before -> after", "change"], rows, "table-box changes")
 
 
 def winner_cell(column: str, value: object) -> str:
