@@ -17,6 +17,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from bad_input_cli import invoke
@@ -158,3 +159,18 @@ def test_at_1280_px_nothing_overflows_and_no_title_lies_under_a_toolbar(site, tm
         (l1, t1, r1, b1), (l2, t2, r2, b2) = b["title"], b["toolbar"]
         assert r1 <= l2 or r2 <= l1 or b1 <= t2 or b2 <= t1, b["name"]
     assert (tmp_path / "dashboard.png").stat().st_size > 10_000
+
+
+def test_a_band_with_no_positive_number_is_drawn_as_the_median(tmp_path):
+    """A crafted replay whose p10 column holds 0 and -1: the totals still draw, the band's low end
+    is the median's (a log of it would fail), and the page is written."""
+    run = tmp_path / "replay"
+    shutil.copytree(EXAMPLE.parent / "h200-replay-chat-high", run)
+    rows = pd.read_csv(run / "results.csv", dtype=str, keep_default_na=False)
+    crafted = ["0", "-1"] * (len(rows) // 2) + ["0"] * (len(rows) % 2)
+    rows.assign(p10_ms=crafted).to_csv(run / "results.csv", index=False)
+    assert invoke("history", "add", run, "--history", tmp_path / "h").exit_code == 0
+    _, data = site_of(tmp_path / "h", tmp_path / "site")
+    replay, = charts_of(data, "replay")
+    for trace in lines(replay):
+        assert trace["error_y"]["arrayminus"] == [0.0], trace["name"]

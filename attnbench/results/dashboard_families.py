@@ -138,10 +138,11 @@ def choice_point(entry: Entry, chart: tuple, title: str, rows: pd.DataFrame, kin
 
 
 def with_times(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows with every one of TIMES a number: a band the file lacks is the median itself."""
+    """The rows with every one of TIMES a positive number: a band the file lacks, or holds no positive
+    number in (a crafted file), is the median itself (which load_entry checked)."""
     median = pd.to_numeric(rows["median_ms"], errors="coerce")
-    return rows.assign(**{c: pd.to_numeric(rows[c], errors="coerce").fillna(median) if c in rows else median
-                          for c in TIMES})
+    band = {c: pd.to_numeric(rows[c], errors="coerce") if c in rows else median for c in TIMES}
+    return rows.assign(**{c: values.where(values > 0).fillna(median) for c, values in band.items()})
 
 
 def replay_points(entry: Entry, run: Run, env: dict) -> list[Point]:
