@@ -23,7 +23,9 @@ Nothing is asserted (tests/test_dashboard_browser.py checks what the page shows)
     python3 benchmarks/dashboard_render.py --repeat 3 --trace
     python3 benchmarks/dashboard_render.py --screenshot docs/images/dashboard.png
 
-The screenshot shows the H200 (the GPU filter set), reduced to a 128-colour palette as
+The screenshot is of another history, one of every kind of run (docs_site below: 8 synthetic
+H200 kernel runs with the step planted at the sixth, the H200 replay example, and a tiny atlas and
+e2e run made here on the CPU, about 20 s), at 1280 px wide, reduced to a 128-colour palette as
 docs/images/regenerate.py does.
 """
 
@@ -41,7 +43,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from history_fixtures import DRAW_ALL, make_history  # noqa: E402
+from history_fixtures import DRAW_ALL, EXAMPLE, make_history, make_runs  # noqa: E402
+
+TINY_ATLAS = ["atlas", "--decode-share", "0:1:3", "--decode-context", "16", "--chunk", "8", "--head-dim", "32",
+              "--gqa-group", "4", "--heads", "8", "--tokens", "4:16:2", "--budget-ms", "2", "--device", "cpu"]
+COMMITS = {"atlas": "a71a5c0de", "e2e": "e2ec0de00"}  # the CPU runs' commits (made here, from no checkout)
+TINY_E2E = ["e2e", "--model", "tiny", "--device", "cpu", "--warmup", "1", "--iters", "2", "--input-len", "8",
+            "--output-len", "2", "--batch-size", "1,2"]
 
 
 def main() -> None:
@@ -66,7 +74,7 @@ def main() -> None:
             loads = [load(browser, site, args.trace) for _ in range(args.repeat)]
             report(loads, site, args.plotly_js)
             if args.screenshot:
-                screenshot(browser, site, args.screenshot)
+                screenshot(browser, docs_site(Path(tmp) / "docs"), args.screenshot)
             browser.close()
 
 
@@ -108,13 +116,29 @@ def report(loads: list[dict], site: Path, plotly_js: Path | None) -> None:
           f"{(site / 'index.html').stat().st_size / 2**20:.1f} MiB page")
 
 
+def attnbench(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "attnbench", *args], check=True, stdout=subprocess.DEVNULL)
+
+
+def docs_site(root: Path) -> Path:
+    """The site of a history of every kind of run: kernel, replay, atlas and e2e."""
+    runs = [path for path, _, gpu in make_runs(root / "runs", runs=8, step_at=5) if gpu == "NVIDIA H200"]
+    for path in runs:
+        attnbench("history", "add", str(path), "--history", str(root / "history"))
+    attnbench("history", "add", str(EXAMPLE.parent / "h200-replay-chat-high"), "--history", str(root / "history"))
+    for name, command in (("atlas", TINY_ATLAS), ("e2e", TINY_E2E)):
+        attnbench(*command, "--out", str(root / name))
+        attnbench("history", "add", str(root / name), "--history", str(root / "history"), "--commit", COMMITS[name])
+    attnbench("dashboard", str(root / "history"), "--out", str(root / "site"))
+    return root / "site"
+
+
 def screenshot(browser, site: Path, path: Path) -> None:
     from PIL import Image
 
-    tab = browser.new_page(viewport={"width": 1400, "height": 1000})
+    tab = browser.new_page(viewport={"width": 1280, "height": 1000})
     tab.goto((site / "index.html").as_uri())
     tab.wait_for_function("window.dashboardReady !== undefined", timeout=60_000)
-    tab.select_option("#filter-gpu", "NVIDIA H200")
     tab.evaluate(DRAW_ALL)
     tab.screenshot(path=str(path), full_page=True)
     Image.open(path).convert("RGB").quantize(colors=128).save(path, optimize=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bad_input_cli import assert_one_error_line, invoke
-from history_fixtures import make_runs
+from history_fixtures import EXAMPLE, make_runs
 
 pytest.importorskip("plotly", reason="the dashboard extra (plotly) is not installed")
 pytest.importorskip("ruptures", reason="the dashboard extra (ruptures) is not installed")
@@ -36,6 +36,19 @@ def edit_run(run: Path, name: str, text: str) -> None:
     (run / name).write_text(text)
 
 
+def runs_elsewhere(tmp_path: Path) -> None:
+    """history/runs moved outside the history, a link left in its place (issue 37: add wrote through it)."""
+    (tmp_path / "history" / "runs").rename(tmp_path / "elsewhere")
+    (tmp_path / "history" / "runs").symlink_to(tmp_path / "elsewhere")
+
+
+def entry_elsewhere(tmp_path: Path) -> None:
+    """One entry's folder moved outside the history, a link left in its place."""
+    entry = next((tmp_path / "history" / "runs").iterdir())
+    entry.rename(tmp_path / "elsewhere")
+    entry.symlink_to(tmp_path / "elsewhere")
+
+
 CASES = {
     # name: (what to do to the world first, the command's arguments, what the error names)
     "run missing": (None, lambda t, r: ["history", "add", t / "nope", "--history", t / "history"], "RUN"),
@@ -48,11 +61,21 @@ CASES = {
                           lambda t, r: ["history", "add", r[1], "--history", t / "history"], "env.json"),
     "no commit anywhere": (lambda t, r: edit_run(r[1], "env.json", json.dumps({"timestamp": "2026-01-01T00:00:00"})),
                            lambda t, r: ["history", "add", r[1], "--history", t / "history"], "--commit"),
+    "example with no commit": (None, lambda t, r: ["history", "add", EXAMPLE, "--history", t / "history"], "--commit"),
     "bad --date": (None, lambda t, r: ["history", "add", r[1], "--history", t / "history", "--date", "yesterday"],
                    "--date"),
     "history is a file": (None, lambda t, r: ["history", "add", r[1], "--history", r[1] / "env.json"], "--history"),
     "history is a symlink": (lambda t, r: (t / "link").symlink_to(t / "history"),
                              lambda t, r: ["history", "add", r[1], "--history", t / "link"], "symlink"),
+    "history runs is a symlink": (lambda t, r: runs_elsewhere(t),
+                                  lambda t, r: ["history", "add", r[1], "--history", t / "history"], "symlink"),
+    "history entry is a symlink": (lambda t, r: entry_elsewhere(t),
+                                   lambda t, r: ["history", "add", r[0], "--history", t / "history", "--replace"],
+                                   "symlink"),
+    "dashboard of a history with a link": (lambda t, r: entry_elsewhere(t),
+                                           lambda t, r: ["dashboard", t / "history", "--out", t / "site"], "symlink"),
+    "dashboard out is a symlink": (lambda t, r: (t / "elsewhere").mkdir() or (t / "site").symlink_to(t / "elsewhere"),
+                                   lambda t, r: ["dashboard", t / "history", "--out", t / "site"], "symlink"),
     "history not a history": (lambda t, r: (t / "other").mkdir() or (t / "other" / "x.txt").write_text("mine"),
                               lambda t, r: ["history", "add", r[1], "--history", t / "other"], "index.json"),
     "index not json": (lambda t, r: (t / "history" / "index.json").write_text("[1,"),

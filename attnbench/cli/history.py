@@ -27,7 +27,7 @@ History = Annotated[Path, typer.Option(help="The history directory (made by the 
 @app.command("add")
 def add(
     run: Annotated[Path, typer.Argument(help="A finished run's directory (results.csv and env.json): a kernel sweep, "
-                                             "scenario, e2e or replay run.")],
+                                             "scenario, e2e, replay or atlas run.")],
     history: History,
     commit: Annotated[Optional[str], typer.Option(help="The commit to file the run under (default: env.json's "
                                                        "git_sha). Example: --commit $GITHUB_SHA")] = None,

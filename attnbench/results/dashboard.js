@@ -3,8 +3,11 @@
 "use strict";
 const STARTED = performance.now();
 const DATA = JSON.parse(document.getElementById("dashboard-data").textContent);
-const FILTERS = ["gpu", "backend", "strategy", "kind", "shape"];
+const FILTERS = DATA.filters;
 const CONFIG = {responsive: true, displaylogo: false, modeBarButtonsToRemove: ["select2d", "lasso2d"]};
+
+// every title is the history's text: set as text, never parsed as markup
+for (const title of document.querySelectorAll(".chart-title")) title.textContent = DATA.charts[Number(title.dataset.index)].title;
 
 function selection() {
   const chosen = {};
@@ -55,6 +58,7 @@ function render() {
   DATA.charts.forEach((chart, i) => {
     const div = document.getElementById("chart-" + i);
     div.hidden = !chart.figure.data.some((trace) => matches(trace.meta, chosen));
+    div.parentElement.hidden = div.hidden;  // the chart's box, title and all
     shown += div.hidden ? 0 : 1;
     div.dataset.stale = div.hidden ? "0" : "1";
     OBSERVER.unobserve(div);

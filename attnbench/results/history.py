@@ -23,8 +23,10 @@ import numpy as np
 import pandas as pd
 
 from attnbench.errors import AttnbenchError
+from attnbench.results.atlas_cells import CELL_COLUMNS
 from attnbench.results.files import load_results
 from attnbench.results.read import E2E, MEASURED, Run, canonical, kind_of
+from attnbench.results.schema import read_env
 
 FORMAT = "attnbench-history/1"
 INDEX = "index.json"
@@ -42,7 +44,7 @@ class Entry:
     date: str                 # ISO 8601 with a UTC offset
     gpu: str                  # the GPU's name, or "cpu"
     libraries: dict[str, str] = field(default_factory=dict)  # torch and each backend's library/version
-    kind: str = "kernel"      # kernel, e2e or replay
+    kind: str = "kernel"      # kernel, e2e, replay or atlas
     configurations: str = ""  # a digest of the row keys it measured: two suites at one commit stay apart
     rows: int = 0
     source: str = ""          # the run directory as given to `history add`
@@ -67,9 +69,13 @@ def parse_date(text: str, where: str) -> dt.datetime:
     return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
 
 
-def run_kind(run: Run) -> str:
+def run_kind(run: Run, env: dict) -> str:
+    """The kind of run as the run says it: e2e rows; an atlas (its env.json's atlas record, or the
+    cell columns only an atlas's rows have); a replay (bucket rows); else a kernel sweep."""
     if run.kind is E2E:
         return "e2e"
+    if isinstance(env.get("atlas"), dict) or any(c in run.rows.columns for c in CELL_COLUMNS):
+        return "atlas"
     return "replay" if "bucket" in run.rows.columns else "kernel"
 
 
@@ -101,8 +107,8 @@ def new_entry(run: Run, env: dict, source: Path, commit: str | None, date: str |
         raise AttnbenchError(f"RUN: {source}/env.json records no timestamp; give --date")
     when = parse_date(date, "--date") if date else parse_date(env["timestamp"], f"RUN: {source}/env.json timestamp")
     stamp = when.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
-    entry = Entry("", commit, stamp, gpu_of(env, run), libraries_of(env), run_kind(run), configurations_digest(run),
-                  len(run.rows), str(source), str(env.get("command") or ""),
+    entry = Entry("", commit, stamp, gpu_of(env, run), libraries_of(env), run_kind(run, env),
+                  configurations_digest(run), len(run.rows), str(source), str(env.get("command") or ""),
                   (*FILED, *(name for name in OPTIONAL if (source / name).is_file())))
     digest = hashlib.sha256(repr(entry.key()).encode()).hexdigest()[:8]
     ident = f"{when.astimezone(dt.timezone.utc):%Y%m%dT%H%M%S}-{safe(commit)[:12]}-{digest}"
@@ -167,6 +173,12 @@ def load_entry(history: Path, entry: Entry) -> Run:
     if not (np.isfinite(times) & (times > 0)).all():
         raise AttnbenchError(f"{where}: {source} has a timed row whose {kind.measure} is not a positive number")
     return Run(source.parent, source, kind, rows)
+
+
+def load_entry_env(history: Path, entry: Entry) -> dict:
+    """An entry's env.json, read through the checked reader (what the dashboard names: a replay's
+    trace, an atlas's axes)."""
+    return read_env(history / RUNS / entry.id / "env.json", f"HISTORY: entry {entry.id}: env.json")
 
 
 def in_order(entries: list[Entry]) -> list[Entry]:

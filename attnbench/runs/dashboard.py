@@ -13,6 +13,7 @@ checked here to be the same plotly.js version the figures were built for.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -21,7 +22,7 @@ from attnbench.errors import UsageError
 from attnbench.results.dashboard_data import Settings, history_series
 from attnbench.results.dashboard_page import PlotlyBundle, page
 from attnbench.results.files import read_table
-from attnbench.results.history import RUNS, Entry
+from attnbench.results.history import RUNS, Entry, load_entry_env
 from attnbench.runs.history import entries as history_entries
 from attnbench.runs.rundir import RunDir
 
@@ -36,6 +37,13 @@ def winner_maps(history: Path, entries: list[Entry]) -> list[tuple[Entry, pd.Dat
         if "winner" in header:
             latest[entry.gpu] = (entry, pd.DataFrame(rows, columns=header))
     return [latest[gpu] for gpu in sorted(latest)]
+
+
+def refiled(history: Path, entry: Entry) -> Entry:
+    """The entry with the kind its filed run says: an atlas filed by an older attnbench is listed as a
+    "kernel" run, but its env.json holds the atlas's record."""
+    atlas = entry.kind == "kernel" and isinstance(load_entry_env(history, entry).get("atlas"), dict)
+    return replace(entry, kind="atlas") if atlas else entry
 
 
 HEADER_CHARS = 200  # a dist file names its bundle and version in its first lines
@@ -73,11 +81,14 @@ def build(history: Path, out: Path, force: bool, settings: Settings, plotly_js: 
     the path written."""
     if out.resolve() == history.resolve() or history.resolve() in out.resolve().parents:
         raise UsageError(f"--out: {out} is inside the history {history}; give a directory outside it")
+    if out.is_symlink():  # the site would be written wherever the link points
+        raise UsageError(f"--out: {out} is a symlink; give the site's directory itself")
     bundle = plotly_bundle(plotly_js)
     entries = history_entries(history, "HISTORY")
     if not entries:
         raise UsageError(f"HISTORY: {history} holds no runs yet; file one with `attnbench history add RUN --history "
                          f"{history}`")
+    entries = [refiled(history, entry) for entry in entries]
     html = page(history_series(history, entries, settings), entries, settings, winner_maps(history, entries), bundle)
     site = RunDir.prepare(out, force=force, inputs=[history, *([plotly_js] if plotly_js else [])])
     with site.locked():

@@ -33,8 +33,19 @@ def check_history(history: Path, must_exist: bool, flag: str = "--history") -> N
     index = history / INDEX
     if os.path.islink(index) or (os.path.exists(index) and not os.path.isfile(index)):
         raise UsageError(f"{flag}: {index} is not a file")
+    no_links(history, flag)
     if not os.path.exists(index) and any(history.iterdir()):
         raise UsageError(f"{flag}: {history} holds files but no {INDEX}: not a history; give a new directory")
+
+
+def no_links(history: Path, flag: str) -> None:
+    """Nothing under the history is a symlink: `history add` writes into runs/ and its entries, and a
+    link there (a shared folder travels) would carry those writes outside the history."""
+    for folder, names, files in os.walk(history):  # walk does not follow links to folders
+        link = next((name for name in sorted([*names, *files]) if os.path.islink(os.path.join(folder, name))), None)
+        if link is not None:
+            raise UsageError(f"{flag}: {os.path.join(folder, link)} is a symlink; a history holds no links "
+                             "(attnbench writes nothing through one): replace it with the folder or file itself")
 
 
 def check_run(run: Path) -> None:
@@ -54,7 +65,8 @@ def add(run: Path, history: Path, commit: str | None, date: str | None, replace:
     check_history(history, must_exist=False)
     loaded = load_run(run, "RUN")
     if loaded.kind is TRACE:
-        raise UsageError(f"RUN: {run} is {loaded.kind.describe()}; history keeps kernel sweeps, e2e grid and replay runs")
+        raise UsageError(f"RUN: {run} is {loaded.kind.describe()}; history keeps kernel sweeps, e2e grid, replay "
+                         "and atlas runs")
     entry = new_entry(loaded, read_env(run / "env.json", f"RUN: {run / 'env.json'}"), run, commit, date)
     entries = read_index(history)
     same = [e for e in entries if e.key() == entry.key()]
