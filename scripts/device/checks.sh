@@ -171,6 +171,7 @@ for section in "$@"; do
       run fh-e2e-trace 120 $AB e2e --model llama-3-8b --trace scenarios/traces/chat-high.requests.jsonl --max-requests 8 \
         --chunk-size 2048 --backend vllm-fa3,flashinfer --out "$fh/e2e-trace"
       run fh-atlas 100 timeout -s INT -k 20 70 $AB atlas --heads 32 --gqa-group 4 --head-dim 128 --chunk 512 \
+        --decode-share 0:1:2 --decode-context 512:8192:2 --tokens 16:1024:2 --prefill-context 0 \
         --backend vllm-fa3,flashinfer --strategy unified,split --mode graph --budget-ms 20 --replicates 1 --max-cells 20 \
         --out "$fh/atlas"
       run fh-e2e 120 $AB e2e --model llama-7b --input-len 32,512 --output-len 128,32 --batch-size 1,8 --backend vllm-fa3 \
