@@ -8,8 +8,9 @@ timed samples, whose medians stay unperturbed) and leaves, per label, in the run
   (kineto saves a trace once, so this is a copy of the handler's file, not a second export);
 - profile_kernels.csv: the kernel breakdown (calls, total and mean µs, share);
 - profile/profiler.log: what the profiler's C++ side (kineto) prints to the process's stdout and
-  stderr (`USDT: ... profiler_start`, warnings): written straight to file descriptors 1 and 2, past
-  Python's sys.stdout, it used to land in the progress bar (native_output_to).
+  stderr (`USDT: ... profiler_start`, warnings), written straight to file descriptors 1 and 2 past
+  Python's sys.stdout, and torch.profiler's Python warnings: both used to land in the progress bar
+  (native_output_to).
 Kernels replayed from a CUDA graph have no CPU op to be attributed to, so rows are keyed by the
 kernel's own name. Without a GPU the breakdown falls back to CPU ops' self time, so the CPU path
 still yields a table. NVTX ranges (`nvtx_range`) mark sweep points and engine steps for Nsight
@@ -24,6 +25,7 @@ import os
 import re
 import shutil
 import sys
+import warnings
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -130,7 +132,10 @@ def native_output_to(log: Path) -> Iterator[None]:
             setattr(sys, name, open(saved[fd], "w", buffering=1, encoding=python[name].encoding or "utf-8",
                                     errors="replace", closefd=False))
     try:
-        with log.open("ab") as f:
+        with log.open("ab") as f, warnings.catch_warnings():
+            # the profiler's own Python warnings ("Profiler clears events at the end of each cycle") too
+            warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: f.write(
+                warnings.formatwarning(message, category, filename, lineno, line).encode())
             for fd in names:
                 os.dup2(f.fileno(), fd)
             yield

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -123,6 +124,9 @@ def test_native_output_goes_to_the_log_and_python_s_to_the_console(tmp_path, cap
     out, err = capfd.readouterr()
     assert "native" not in out + err and "python out" in out and "python err" in err
     assert log.read_text() == "native out\nnative err\n"
+    with profiler.native_output_to(log):  # the profiler's Python warnings (torch's "Profiler clears events") too
+        warnings.warn("Profiler clears events at the end of each cycle.", UserWarning)
+    assert "Profiler clears" not in "".join(capfd.readouterr()) and "Profiler clears" in log.read_text()
     os.write(1, b"after\n")  # the descriptors are back
     assert capfd.readouterr().out == "after\n"
 
