@@ -86,7 +86,8 @@ def test_the_rule_fitted_on_the_atlas_and_its_rule_py_agree_on_every_cell(atlas_
         kv_heads = 8 // int(line["gqa_group"])
         features = feature_values(decode, batch.num_tokens, batch.num_seqs, sum(batch.kv_lens), max(batch.kv_lens),
                                   8, kv_heads, int(line["head_dim"]), sum(batch.kv_lens[:decode]),
-                                  max(batch.query_lens[decode:], default=0))
+                                  max(batch.query_lens[decode:], default=0),
+                                  decode_query=1 if decode else 0)  # an atlas cell's decode rows: one token, no drafts
         exported = module.choose(list(batch.kv_lens[:decode]), list(batch.query_lens[decode:]),
                                  list(batch.kv_lens[decode:]), 8, kv_heads, int(line["head_dim"]))
         assert " ".join(exported) == walk(rule["tree"], features)["choice"]
