@@ -38,10 +38,10 @@ def test_readme_is_at_most_250_lines():
 
 def test_readme_keeps_the_two_commands_that_ci_runs():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    test_command = '.venv/bin/pip install -e ".[test]" && .venv/bin/python -m pytest -q'
+    test_command = '.venv/bin/pip install -e ".[test]" && .venv/bin/python -m pytest -q -n auto'
     assert test_command in readme
     assert ".venv/bin/attnbench kernel --heads 32 --dim 128" in readme
-    assert ".venv/bin/python -m pytest -q" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert ".venv/bin/python -m pytest -q -n auto" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
 
 
 def test_readme_installs_cpu_torch_before_attnbench():
