@@ -69,12 +69,17 @@ def parse_date(text: str, where: str) -> dt.datetime:
     return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
 
 
+def filed_as_atlas(env: dict) -> bool:
+    """An atlas's env.json holds its atlas record (its axes and refinement)."""
+    return isinstance(env.get("atlas"), dict)
+
+
 def run_kind(run: Run, env: dict) -> str:
     """The kind of run as the run says it: e2e rows; an atlas (its env.json's atlas record, or the
     cell columns only an atlas's rows have); a replay (bucket rows); else a kernel sweep."""
     if run.kind is E2E:
         return "e2e"
-    if isinstance(env.get("atlas"), dict) or any(c in run.rows.columns for c in CELL_COLUMNS):
+    if filed_as_atlas(env) or any(c in run.rows.columns for c in CELL_COLUMNS):
         return "atlas"
     return "replay" if "bucket" in run.rows.columns else "kernel"
 

@@ -22,7 +22,7 @@ from attnbench.errors import UsageError
 from attnbench.results.dashboard_data import Settings, history_series
 from attnbench.results.dashboard_page import PlotlyBundle, page
 from attnbench.results.files import read_table
-from attnbench.results.history import RUNS, Entry, load_entry_env
+from attnbench.results.history import RUNS, Entry, filed_as_atlas, load_entry_env
 from attnbench.runs.history import entries as history_entries
 from attnbench.runs.rundir import RunDir
 
@@ -42,7 +42,7 @@ def winner_maps(history: Path, entries: list[Entry]) -> list[tuple[Entry, pd.Dat
 def refiled(history: Path, entry: Entry) -> Entry:
     """The entry with the kind its filed run says: an atlas filed by an older attnbench is listed as a
     "kernel" run, but its env.json holds the atlas's record."""
-    atlas = entry.kind == "kernel" and isinstance(load_entry_env(history, entry).get("atlas"), dict)
+    atlas = entry.kind == "kernel" and filed_as_atlas(load_entry_env(history, entry))
     return replace(entry, kind="atlas") if atlas else entry
 
 
@@ -81,8 +81,6 @@ def build(history: Path, out: Path, force: bool, settings: Settings, plotly_js: 
     the path written."""
     if out.resolve() == history.resolve() or history.resolve() in out.resolve().parents:
         raise UsageError(f"--out: {out} is inside the history {history}; give a directory outside it")
-    if out.is_symlink():  # the site would be written wherever the link points
-        raise UsageError(f"--out: {out} is a symlink; give the site's directory itself")
     bundle = plotly_bundle(plotly_js)
     entries = history_entries(history, "HISTORY")
     if not entries:

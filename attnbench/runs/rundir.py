@@ -106,8 +106,8 @@ class RunDir:
         """Make `path` ready for a run: new, emptied of what its record says attnbench wrote (force)
         or resumable; never one that is or holds one of the command's `inputs`."""
         check_apart(path, inputs, flag)
-        if path.is_symlink() and not path.is_dir():
-            raise UsageError(f"{flag}: {path} is a symlink to a file, not a directory")
+        if path.is_symlink():  # to a folder too: the run would be written wherever it points
+            raise UsageError(f"{flag}: {path} is a symlink; give the directory itself (nothing is written through one)")
         if path.exists() and not path.is_dir():
             raise UsageError(f"{flag}: {path} is a file, not a directory")
         if resume and not path.is_dir():
